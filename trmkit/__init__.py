@@ -1,0 +1,3 @@
+"""trmkit: train Tiny Recursive Models on ordinary CPU laptops."""
+
+__version__ = "0.1.0"
