@@ -1,0 +1,137 @@
+"""The TRM as the paper specifies it: sizes, recursion, halting, losses."""
+
+import math
+
+import pytest
+import torch
+
+from trmkit.config import ModelConfig
+from trmkit.model.layers import swiglu_width
+from trmkit.model.losses import IGNORE, act_loss, log_stablemax, stablemax_cross_entropy
+from trmkit.model.trm import TRM, Carry, halt_decision
+
+
+def sudoku_cfg(**kw) -> ModelConfig:
+    return ModelConfig(vocab_size=11, seq_len=81, num_puzzle_ids=1, **kw)
+
+
+def tiny_cfg(**kw) -> ModelConfig:
+    base = dict(hidden_size=32, num_heads=2, L_layers=1, H_cycles=3, L_cycles=2, halt_max_steps=4,
+                puzzle_emb_len=2, vocab_size=11, seq_len=9, num_puzzle_ids=5)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def test_paper_sudoku_parameter_counts():
+    assert TRM(sudoku_cfg(mixer="mlp_t")).num_parameters() == 5_028_866
+    assert TRM(sudoku_cfg(mixer="attention")).num_parameters() == 6_828_034
+
+
+def test_swiglu_width_rounds_up_to_256():
+    assert swiglu_width(512, 4.0) == 1536  # 1365.3 -> 1536
+    assert swiglu_width(97, 4.0) == 512  # 258.7 -> 512
+
+
+def test_q_head_starts_at_minus_five():
+    model = TRM(tiny_cfg())
+    assert torch.all(model.q_head.weight == 0) and torch.all(model.q_head.bias == -5)
+
+
+@pytest.mark.parametrize("mixer", ["mlp_t", "attention"])
+def test_gradients_flow_only_through_the_last_cycle(mixer):
+    cfg = tiny_cfg(mixer=mixer)
+    torch.manual_seed(0)
+    model = TRM(cfg)
+    grad_flags = []
+    model.net.register_forward_hook(lambda *_: grad_flags.append(torch.is_grad_enabled()))
+    carry = model.initial_carry(3)
+    z_H = carry.z_H.clone().requires_grad_(True)
+    z_L = carry.z_L.clone().requires_grad_(True)
+    inputs = torch.randint(1, 11, (3, 9))
+    _, _, logits, q = model(z_H, z_L, inputs, torch.tensor([0, 1, 2]))
+    (logits.sum() + q.sum()).backward()
+    per_cycle = cfg.L_cycles + 1
+    assert len(grad_flags) == cfg.H_cycles * per_cycle
+    assert grad_flags == [False] * (cfg.H_cycles - 1) * per_cycle + [True] * per_cycle
+    # the carried state enters only the no-grad cycles, so no gradient reaches it
+    assert z_H.grad is None and z_L.grad is None
+    assert model.lm_head.weight.grad is not None
+
+
+def test_single_cycle_lets_gradient_reach_the_carry():
+    model = TRM(tiny_cfg(H_cycles=1))
+    carry = model.initial_carry(2)
+    z_H = carry.z_H.clone().requires_grad_(True)
+    _, _, logits, _ = model(z_H, carry.z_L, torch.ones(2, 9, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    logits.sum().backward()
+    assert z_H.grad is not None and z_H.grad.abs().sum() > 0
+
+
+def test_carry_is_detached_and_reset_restores_init():
+    model = TRM(tiny_cfg())
+    carry = model.initial_carry(4)
+    z_H, z_L, _, _ = model(carry.z_H, carry.z_L, torch.ones(4, 9, dtype=torch.long), torch.zeros(4, dtype=torch.long))
+    assert not z_H.requires_grad and not z_L.requires_grad
+    halted = torch.tensor([True, False, True, False])
+    reset = model.reset(Carry(z_H, z_L, torch.tensor([3, 2, 4, 1], dtype=torch.int32), halted))
+    assert torch.equal(reset.z_H[0], model.H_init.expand_as(reset.z_H[0]))
+    assert torch.equal(reset.z_L[2], model.L_init.expand_as(reset.z_L[2]))
+    assert torch.equal(reset.z_H[1], z_H[1])
+    assert reset.steps.tolist() == [0, 2, 0, 1]
+
+
+def test_halting_in_training_and_evaluation():
+    cfg = tiny_cfg(halt_max_steps=4, halt_exploration_prob=0.0)
+    steps = torch.tensor([1, 2, 4, 3], dtype=torch.int32)
+    q = torch.tensor([2.0, -1.0, -3.0, 0.5])
+    train = halt_decision(steps, q, cfg, training=True)
+    assert train.tolist() == [True, False, True, True]  # q > 0 or at N_sup
+    evaluation = halt_decision(steps, q, cfg, training=False)
+    assert evaluation.tolist() == [False, False, True, False]  # only at N_sup
+
+
+def test_exploration_sets_a_minimum_number_of_steps():
+    cfg = tiny_cfg(halt_max_steps=8, halt_exploration_prob=0.1)
+    steps = torch.tensor([2, 2, 5, 8], dtype=torch.int32)
+    q = torch.full((4,), 3.0)  # all want to halt
+    u = torch.tensor([0.05, 0.5, 0.05, 0.05])  # slots 0, 2, 3 explore
+    min_steps = torch.tensor([4, 4, 5, 8], dtype=torch.int32)
+    halted = halt_decision(steps, q, cfg, True, u, min_steps)
+    assert halted.tolist() == [False, True, True, True]
+
+
+def test_exploration_probability_matches_config():
+    cfg = tiny_cfg(halt_max_steps=16, halt_exploration_prob=0.1)
+    torch.manual_seed(0)
+    n = 20000
+    u = torch.rand(n)
+    min_steps = torch.randint(2, 17, (n,), dtype=torch.int32)
+    halted = halt_decision(torch.ones(n, dtype=torch.int32), torch.ones(n), cfg, True, u, min_steps)
+    # at step 1 every exploring slot (min >= 2) is held back
+    assert abs((~halted).float().mean().item() - 0.1) < 0.01
+
+
+def test_stablemax_matches_its_definition():
+    x = torch.tensor([[-3.0, -0.5, 0.0, 0.7, 2.0]], dtype=torch.float64)
+    s = torch.tensor([[1 / 4, 1 / 1.5, 1.0, 1.7, 3.0]], dtype=torch.float64)
+    expected = torch.log(s / s.sum())
+    assert torch.allclose(log_stablemax(x), expected, atol=1e-12)
+    logits = x.float().expand(2, 5).reshape(2, 1, 5)
+    labels = torch.tensor([[3], [IGNORE]])
+    loss = stablemax_cross_entropy(logits, labels)
+    assert loss.dtype == torch.float64
+    assert math.isclose(loss[0, 0].item(), -expected[0, 3].item(), rel_tol=1e-6)
+    assert loss[1, 0].item() == 0.0
+
+
+def test_act_loss_targets_exactness():
+    logits = torch.zeros(2, 3, 4)
+    logits[0, :, 1] = 5  # sample 0 predicts 1 everywhere
+    labels = torch.tensor([[1, 1, 1], [1, 2, IGNORE]])
+    q = torch.zeros(2, requires_grad=True)
+    loss, stats = act_loss(logits, labels, q, 0.5)
+    assert stats["exact"].tolist() == [True, False]
+    assert stats["valid"].tolist() == [3, 2]
+    loss.backward()
+    # d BCE / d q = sigmoid(q) - target = 0.5 - 1 and 0.5 - 0, times weight 0.5
+    assert torch.allclose(q.grad, torch.tensor([-0.25, 0.25]))

@@ -1,0 +1,236 @@
+"""One typed run configuration: dataclasses, YAML load/save, key=value overrides.
+
+The config flows one way: YAML -> overrides -> fields filled from the dataset's
+metadata -> the planner's choices -> written to the run directory and into
+every checkpoint. Each part of trmkit receives only its own section.
+Unknown keys are errors that name the key and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; the message names the key and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    """The TRM network and its recursion (paper notation in comments)."""
+
+    hidden_size: int = 512  # D, width of every position's state
+    num_heads: int = 8  # attention heads (mixer=attention only)
+    L_layers: int = 2  # blocks in the one shared network
+    H_cycles: int = 3  # T: recursion cycles per supervision step (T-1 without gradients)
+    L_cycles: int = 6  # n: z_L updates per cycle
+    halt_max_steps: int = 16  # N_sup: supervision steps per sample
+    halt_exploration_prob: float = 0.1  # chance of a random minimum number of steps
+    mixer: str = "mlp_t"  # "mlp_t" (SwiGLU over the sequence axis) or "attention"
+    expansion: float = 4.0  # SwiGLU width = expansion * 2/3 * D, rounded up to 256
+    puzzle_emb_len: int = 16  # learned prefix positions holding the puzzle embedding
+    rms_norm_eps: float = 1e-5  # epsilon of the weightless RMSNorm
+    rope_theta: float = 10000.0  # rotary base (mixer=attention only)
+    halt_loss_weight: float = 0.5  # total loss = token loss + w * halt loss
+    vocab_size: int = 0  # filled from the dataset's meta.json
+    seq_len: int = 0  # filled from the dataset's meta.json
+    num_puzzle_ids: int = 0  # filled from the dataset's meta.json
+
+    def __post_init__(self) -> None:
+        if self.mixer not in ("mlp_t", "attention"):
+            raise ConfigError(f"model.mixer={self.mixer!r}: use 'mlp_t' or 'attention'")
+        if self.mixer == "attention" and self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_heads={self.num_heads}: set model.num_heads to a divisor "
+                f"such as {_nearest_divisor(self.hidden_size, self.num_heads)}"
+            )
+        if self.mixer == "attention" and (self.hidden_size // self.num_heads) % 2:
+            raise ConfigError("model.hidden_size / model.num_heads must be even for rotary positions")
+        for name in ("hidden_size", "L_layers", "H_cycles", "L_cycles", "halt_max_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.halt_exploration_prob <= 1.0:
+            raise ConfigError("model.halt_exploration_prob must be in [0, 1]")
+
+
+@dataclass
+class DataConfig:
+    """Where the data store lives (built by `trmkit data ...`)."""
+
+    path: str = ""  # dataset root holding train/ and test/ split directories
+    eval_limit: int = 0  # evaluate on at most this many test examples (0 = all)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and the schedule of the training loop."""
+
+    batch_size: int = 768  # global batch: ACT slots updated per optimizer step
+    max_steps: int = 1000  # optimizer steps
+    max_minutes: float = 0.0  # stop after this wall-clock budget (0 = no limit)
+    optimizer: str = "adam_atan2"  # "adam_atan2" or "adamw"
+    lr: float = 1e-4
+    lr_min_ratio: float = 1.0  # cosine decays to lr * this (1.0 = constant after warm-up)
+    warmup_steps: int = 2000
+    weight_decay: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    puzzle_emb_lr: float = 1e-4  # sign-SGD on the rows of the puzzle embedding in use
+    puzzle_emb_weight_decay: float = 1.0
+    ema_decay: float = 0.999  # EMA of the weights used for evaluation (0 = off)
+    ema_warmup: bool = False  # decay = min(ema_decay, (1+t)/(10+t)) so early EMA is not the init
+    eval_every: int = 0  # evaluate every N steps (0 = only at the end)
+    log_every: int = 10  # steps between metric lines
+    micro_batch: int = 0  # slots per forward/backward (0 = planner decides)
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adam_atan2", "adamw"):
+            raise ConfigError(f"train.optimizer={self.optimizer!r}: use 'adam_atan2' or 'adamw'")
+        if self.batch_size < 1 or self.max_steps < 0:
+            raise ConfigError("train.batch_size must be >= 1 and train.max_steps >= 0")
+        if self.micro_batch and self.batch_size % self.micro_batch:
+            raise ConfigError(
+                f"train.micro_batch={self.micro_batch} does not divide "
+                f"train.batch_size={self.batch_size}: choose a divisor"
+            )
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError("train.ema_decay must be in [0, 1)")
+
+
+@dataclass
+class RunConfig:
+    """Where results go and how the run is executed."""
+
+    dir: str = "runs/default"  # run directory: config, metrics, summary, checkpoints
+    seed: int = 0
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    dtype: str = "auto"  # "auto", "float32" or "bfloat16" (autocast)
+    threads: int = 0  # intra-op threads (0 = planner decides)
+    compile: str = "auto"  # "auto", "on" or "off"
+
+
+@dataclass
+class Config:
+    """The whole run: one object, written to the run dir and into checkpoints."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _nearest_divisor(n: int, near: int) -> int:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(d - near), -d))
+
+
+def _valid_keys() -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _unknown_key(key: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.5)
+    hint = f" did you mean {close[0]}?" if close else f" valid sections: {', '.join(SECTIONS)}"
+    return ConfigError(f"{where}: unknown key '{key}'.{hint}")
+
+
+def _coerce(value: Any, default: Any, key: str) -> Any:
+    """Convert a YAML value to the field's type (ints for ints, floats for floats)."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    if isinstance(default, int) and not isinstance(value, bool):
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return int(value)
+    elif isinstance(default, float) and not isinstance(value, bool):
+        try:  # YAML 1.1 reads '1e-3' (no dot) as a string
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(default, str):
+        return str(value)
+    raise ConfigError(f"{key}={value!r}: expected {type(default).__name__}")
+
+
+def from_dict(raw: dict[str, Any], where: str = "config") -> Config:
+    """Build a Config from nested dicts, rejecting unknown keys by name."""
+    sections: dict[str, Any] = {}
+    for name, values in (raw or {}).items():
+        if name not in SECTIONS:
+            raise _unknown_key(name, where)
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: section '{name}' must be a mapping of key: value")
+        cls = SECTIONS[name]
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            if key not in defaults:
+                raise _unknown_key(f"{name}.{key}", where)
+            kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")
+        sections[name] = cls(**kwargs)
+    return Config(**sections)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'train.lr=3e-4' -> ('train.lr', 0.0003); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}': write it as section.key=value, e.g. train.max_steps=100")
+    key, _, value = text.partition("=")
+    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply dotted key=value overrides to a nested dict (returns a new dict)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        if len(parts) != 2:
+            raise _unknown_key(key, "override")
+        out.setdefault(parts[0], {})
+        if not isinstance(out[parts[0]], dict):
+            raise _unknown_key(key, "override")
+        out[parts[0]][parts[1]] = value
+    return out
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read a YAML preset and apply overrides; errors name the file and key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path} (presets live in configs/)")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (run, model, data, train)")
+    return from_dict(apply_overrides(raw, overrides or []), where=str(path))
+
+
+def save(cfg: Config, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically: temp file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp.replace(path)
+
+
+def replace(cfg: Config, section: str, **changes: Any) -> Config:
+    """A copy of cfg with some fields of one section changed (checks rerun)."""
+    new_section = dataclasses.replace(getattr(cfg, section), **changes)
+    return dataclasses.replace(cfg, **{section: new_section})

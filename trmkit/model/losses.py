@@ -1,0 +1,55 @@
+"""Losses of TRM training: stable-max cross-entropy and the ACT halting loss.
+
+stable-max (Prieto et al., 2025, "Grokking at the edge of numerical stability"):
+    s(x) = x + 1 for x >= 0, 1 / (1 - x) for x < 0;  p_i = s(x_i) / sum_j s(x_j)
+computed in float64 as in the TRM reference. Token losses are averaged over a
+sample's valid cells, summed over samples; the caller divides by the global
+batch size so that micro-batching gives the same gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+IGNORE = -100
+
+
+def stablemax_s(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x >= 0, x + 1, 1 / (1 - x))
+
+
+def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    s = stablemax_s(x)
+    return torch.log(s / s.sum(dim=dim, keepdim=True))
+
+
+def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-cell loss (B, L); cells labelled IGNORE get 0."""
+    logp = log_stablemax(logits.to(torch.float64), dim=-1)  # (B, L, V)
+    valid = labels != IGNORE
+    safe = torch.where(valid, labels, 0).long()
+    picked = torch.gather(logp, -1, safe.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    return torch.where(valid, -picked, torch.zeros_like(picked))
+
+
+def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
+             halt_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Summed (not averaged) loss over the batch and per-sample statistics.
+
+    labels: (B, L) with IGNORE for cells that carry no label.
+    Returns (loss_sum, stats) where stats hold per-sample tensors (no grad):
+    correct cells, valid cells, exact (all valid cells right).
+    """
+    valid = labels != IGNORE
+    counts = valid.sum(-1).clamp_min(1)  # (B,)
+    token = stablemax_cross_entropy(logits, labels).sum(-1) / counts  # (B,)
+    with torch.no_grad():
+        right = (logits.argmax(-1) == labels) & valid
+        n_right = right.sum(-1)
+        exact = n_right == valid.sum(-1)
+    halt = F.binary_cross_entropy_with_logits(q_halt, exact.to(q_halt.dtype), reduction="none")
+    loss = token.sum() + halt_weight * halt.sum()
+    stats = {"token_loss": token.detach(), "halt_loss": halt.detach(), "right": n_right,
+             "valid": valid.sum(-1), "exact": exact, "q_halt": q_halt.detach()}
+    return loss, stats

@@ -1,0 +1,171 @@
+"""The Tiny Recursive Model (Jolicoeur-Martineau, 2025) with ACT halting.
+
+One supervision step (paper, Fig. 3):
+    x = embed(puzzle prefix ++ tokens)
+    repeat T times (the first T-1 without gradients):
+        repeat n times: z_L <- net(z_L, z_H + x)
+        z_H <- net(z_H, z_L)
+    y_hat = lm_head(z_H), q_halt = q_head(z_H[:, 0])
+The carried state (z_H, z_L) is detached between supervision steps. Training
+runs up to N_sup supervision steps per sample; a sample halts when q_halt > 0
+(or at N_sup), and with probability `halt_exploration_prob` a random minimum
+number of steps in [2, N_sup] is drawn first. Evaluation runs all N_sup steps.
+
+Departures / choices beyond the paper (following the reference code):
+- The Q head has two outputs (halt, continue) for parameter-count parity with
+  the reference; only the halt logit is used (the paper's TRM drops the
+  continue loss).
+- The puzzle embedding is a buffer updated by sign-SGD on the rows in use,
+  so it is not counted among the trainable parameters.
+- Token and prefix embeddings are scaled by sqrt(D) after concatenation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trmkit.config import ModelConfig
+from trmkit.model.layers import Network, rotary_tables
+
+
+@dataclass
+class Carry:
+    """Per-slot recurrent state that persists across optimizer steps."""
+
+    z_H: torch.Tensor  # (B, S, D) answer state y
+    z_L: torch.Tensor  # (B, S, D) latent reasoning state z
+    steps: torch.Tensor  # (B,) int32 supervision steps taken by the slot's sample
+    halted: torch.Tensor  # (B,) bool: the slot takes a new sample at the next step
+
+
+class PuzzleEmbedding(nn.Module):
+    """Per-puzzle learned prefix, stored as a buffer and trained by sign-SGD.
+
+    In training, `forward` hands out a leaf copy of the rows in use and records
+    it, so the optimizer can update exactly those rows (see train/optim.py).
+    """
+
+    def __init__(self, num_ids: int, width: int):
+        super().__init__()
+        self.register_buffer("weight", torch.zeros(num_ids, width))
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.weight[ids]  # (B, P*D)
+        if self.training and torch.is_grad_enabled():
+            rows = rows.detach().requires_grad_(True)
+            self.pending.append((ids, rows))
+        return rows
+
+    def take_pending(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        pending, self.pending = self.pending, []
+        return pending
+
+
+class TRM(nn.Module):
+    """TRM(cfg): embeddings, one shared network, output and halting heads."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size < 1 or cfg.seq_len < 1 or cfg.num_puzzle_ids < 1:
+            raise ValueError("ModelConfig.vocab_size/seq_len/num_puzzle_ids come from the "
+                             "dataset's meta.json; set them before building TRM")
+        self.cfg = cfg
+        D, P = cfg.hidden_size, cfg.puzzle_emb_len
+        self.seq_total = P + cfg.seq_len
+        self.embed_scale = math.sqrt(D)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, D)
+        std = 1.0 / math.sqrt(D)
+        nn.init.trunc_normal_(self.embed_tokens.weight, std=std, a=-2 * std, b=2 * std)
+        self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, P * D) if P > 0 else None
+        self.net = Network(D, self.seq_total, cfg.L_layers, cfg.mixer, cfg.num_heads,
+                           cfg.expansion, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
+        nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
+        self.q_head = nn.Linear(D, 2, bias=True)
+        with torch.no_grad():  # start by never halting early (paper: bias -5)
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)
+        self.register_buffer("H_init", nn.init.trunc_normal_(torch.empty(D), std=1.0, a=-2, b=2))
+        self.register_buffer("L_init", nn.init.trunc_normal_(torch.empty(D), std=1.0, a=-2, b=2))
+        if cfg.mixer == "attention":
+            cos, sin = rotary_tables(self.seq_total, D // cfg.num_heads, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def initial_carry(self, batch: int, device: torch.device | None = None) -> Carry:
+        """A carry whose slots are all halted: the first step fills every slot."""
+        device = device or self.H_init.device
+        shape = (batch, self.seq_total, self.cfg.hidden_size)
+        return Carry(
+            z_H=self.H_init.to(device).expand(shape).clone(),
+            z_L=self.L_init.to(device).expand(shape).clone(),
+            steps=torch.zeros(batch, dtype=torch.int32, device=device),
+            halted=torch.ones(batch, dtype=torch.bool, device=device),
+        )
+
+    def reset(self, carry: Carry) -> Carry:
+        """Halted slots restart from the initial states with a step count of 0."""
+        h = carry.halted.view(-1, 1, 1)
+        return Carry(
+            z_H=torch.where(h, self.H_init.to(carry.z_H.dtype), carry.z_H),
+            z_L=torch.where(h, self.L_init.to(carry.z_L.dtype), carry.z_L),
+            steps=torch.where(carry.halted, torch.zeros_like(carry.steps), carry.steps),
+            halted=carry.halted,
+        )
+
+    def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
+        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings]."""
+        x = self.embed_tokens(inputs.long())  # (B, L, D)
+        if self.puzzle_emb is not None:
+            prefix = self.puzzle_emb(puzzle_ids.long()).view(x.shape[0], self.cfg.puzzle_emb_len, -1)
+            x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
+        return self.embed_scale * x
+
+    def _rope(self):
+        return (self.rope_cos, self.rope_sin) if self.cfg.mixer == "attention" else None
+
+    def latent_recursion(self, z_H, z_L, x, rope):
+        for _ in range(self.cfg.L_cycles):
+            z_L = self.net(z_L, z_H + x, rope)  # (B, S, D)
+        z_H = self.net(z_H, z_L, rope)  # (B, S, D)
+        return z_H, z_L
+
+    def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
+                puzzle_ids: torch.Tensor):
+        """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V), q_halt (B,)."""
+        x = self.embed(inputs, puzzle_ids)
+        rope = self._rope()
+        with torch.no_grad():
+            for _ in range(self.cfg.H_cycles - 1):
+                z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
+        z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
+        logits = self.lm_head(z_H[:, self.cfg.puzzle_emb_len:])  # (B, L, V)
+        q_halt = self.q_head(z_H[:, 0]).float()[:, 0]  # (B,)
+        return z_H.detach(), z_L.detach(), logits, q_halt
+
+
+def halt_decision(steps: torch.Tensor, q_halt: torch.Tensor, cfg: ModelConfig, training: bool,
+                  explore_u: torch.Tensor | None = None,
+                  explore_min: torch.Tensor | None = None) -> torch.Tensor:
+    """Which slots halt after this step. `steps` already counts this step.
+
+    explore_u (uniform [0,1)) and explore_min (ints in [2, N_sup]) are drawn by
+    the caller for the whole batch, so that micro-batching cannot change them.
+    """
+    at_limit = steps >= cfg.halt_max_steps
+    if not training or cfg.halt_max_steps == 1:
+        return at_limit
+    halted = at_limit | (q_halt.detach() > 0)
+    if explore_u is not None and explore_min is not None:
+        min_steps = torch.where(explore_u < cfg.halt_exploration_prob, explore_min,
+                                torch.zeros_like(explore_min))
+        halted = halted & (steps >= min_steps)
+    return halted

@@ -1,0 +1,163 @@
+"""One training step and evaluation, separate from the loop.
+
+A training step updates every slot of a persistent batch of `batch_size`
+ACT slots once: slots whose sample halted at the previous step first take new
+samples (in slot order, from the sample stream), then the slots are processed
+in micro-batches whose gradients add up exactly to those of the whole batch:
+the loss is divided by the global batch size, the exploration draws are made
+for the whole batch before it is split, and the sparse puzzle-embedding
+gradients are summed per row before their sign is taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+from trmkit.config import ModelConfig, TrainConfig
+from trmkit.model.losses import IGNORE, act_loss
+from trmkit.model.trm import TRM, Carry, halt_decision
+from trmkit.train.optim import EMA, SparseSignSGD, lr_at
+
+Autocast = Callable[[], contextlib.AbstractContextManager]
+
+
+class SampleSource(Protocol):
+    def take(self, k: int): ...
+
+
+@dataclass
+class TrainState:
+    """Everything that changes from step to step besides weights and optimizers."""
+
+    carry: Carry
+    inputs: torch.Tensor  # (B, L) token ids of each slot's current sample
+    labels: torch.Tensor  # (B, L) int64 labels, IGNORE where unlabelled
+    puzzle_ids: torch.Tensor  # (B,) int64
+    step: int = 0
+    samples_started: int = 0  # samples taken from the stream so far
+
+
+@dataclass
+class Optimizers:
+    dense: torch.optim.Optimizer
+    sparse: SparseSignSGD | None = None
+    ema: EMA | None = None
+
+
+@dataclass
+class StepContext:
+    """Fixed settings of the step: chosen once by the planner."""
+
+    micro_batch: int
+    ignore_label_id: int
+    device: torch.device
+    autocast: Autocast = field(default=contextlib.nullcontext)
+
+
+def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.Tensor:
+    t = torch.from_numpy(np.asarray(labels)).to(device=device, dtype=torch.int64)
+    return torch.where(t == ignore_label_id, torch.full_like(t, IGNORE), t)
+
+
+def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
+    """All slots start halted, so the first step fills each one."""
+    return TrainState(
+        carry=model.initial_carry(batch_size, device),
+        inputs=torch.zeros(batch_size, seq_len, dtype=torch.uint8, device=device),
+        labels=torch.full((batch_size, seq_len), IGNORE, dtype=torch.int64, device=device),
+        puzzle_ids=torch.zeros(batch_size, dtype=torch.int64, device=device),
+    )
+
+
+def refill(model: TRM, state: TrainState, stream: SampleSource, ctx: StepContext) -> int:
+    """Give every halted slot a new sample and reset its recurrent state."""
+    slots = torch.nonzero(state.carry.halted).flatten()
+    if len(slots):
+        batch = stream.take(len(slots))
+        dev = ctx.device
+        state.inputs[slots] = torch.from_numpy(np.asarray(batch.inputs)).to(dev, state.inputs.dtype)
+        state.labels[slots] = labels_to_tensor(batch.labels, ctx.ignore_label_id, dev)
+        state.puzzle_ids[slots] = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(dev, torch.int64)
+        state.samples_started += len(slots)
+    state.carry = model.reset(state.carry)
+    return len(slots)
+
+
+def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Uniforms and random minimum step counts for the whole batch, drawn once."""
+    u = torch.rand(batch)
+    min_steps = torch.randint(2, cfg.halt_max_steps + 1, (batch,), dtype=torch.int32)
+    return u.to(device), min_steps.to(device)
+
+
+def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimizers,
+               cfg: TrainConfig, ctx: StepContext) -> dict[str, float]:
+    """One optimizer step over all slots; returns the step's metrics."""
+    mcfg = model.cfg
+    set_learning_rates(opts, state.step, cfg)
+    new_samples = refill(model, state, stream, ctx)
+    B = state.carry.steps.shape[0]
+    u, min_steps = exploration_draws(B, mcfg, ctx.device)
+    model.train()
+    carry = state.carry
+    z_H, z_L = torch.empty_like(carry.z_H), torch.empty_like(carry.z_L)
+    steps = carry.steps + 1
+    halted = torch.empty_like(carry.halted)
+    stats_parts = []
+    for start in range(0, B, ctx.micro_batch):
+        sl = slice(start, min(B, start + ctx.micro_batch))
+        with ctx.autocast():
+            zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
+        loss, stats = act_loss(logits, state.labels[sl], q, mcfg.halt_loss_weight)
+        (loss / B).backward()
+        z_H[sl], z_L[sl] = zh.to(z_H.dtype), zl.to(z_L.dtype)
+        halted[sl] = halt_decision(steps[sl], q, mcfg, True, u[sl], min_steps[sl])
+        stats_parts.append(stats)
+    apply_updates(model, opts)
+    state.carry = Carry(z_H=z_H, z_L=z_L, steps=steps, halted=halted)
+    state.step += 1
+    stats = {k: torch.cat([s[k] for s in stats_parts]) for k in stats_parts[0]}
+    return step_metrics(stats, steps, halted, new_samples, opts)
+
+
+def set_learning_rates(opts: Optimizers, step: int, cfg: TrainConfig) -> None:
+    lr = lr_at(step, cfg, cfg.lr)
+    for group in opts.dense.param_groups:
+        group["lr"] = lr
+    if opts.sparse is not None:
+        opts.sparse.lr = lr_at(step, cfg, cfg.puzzle_emb_lr)
+
+
+def apply_updates(model: TRM, opts: Optimizers) -> None:
+    opts.dense.step()
+    opts.dense.zero_grad(set_to_none=True)
+    if opts.sparse is not None:
+        opts.sparse.step()
+    elif model.puzzle_emb is not None:
+        model.puzzle_emb.take_pending()
+    if opts.ema is not None:
+        opts.ema.update(model)
+
+
+def step_metrics(stats, steps, halted, new_samples: int, opts: Optimizers) -> dict[str, float]:
+    """Loss over all slots; accuracy of the samples that halted at this step."""
+    right, valid = stats["right"].float(), stats["valid"].float().clamp_min(1)
+    h = halted
+    metrics = {
+        "train/loss": float(stats["token_loss"].mean() + 0.0),
+        "train/halt_loss": float(stats["halt_loss"].mean()),
+        "train/accuracy_all_slots": float((right / valid).mean()),
+        "train/halted": float(h.sum()),
+        "train/new_samples": float(new_samples),
+        "train/lr": float(opts.dense.param_groups[0]["lr"]),
+    }
+    if h.any():
+        metrics["train/accuracy"] = float((right[h] / valid[h]).mean())
+        metrics["train/exact_accuracy"] = float(stats["exact"][h].float().mean())
+        metrics["train/steps"] = float(steps[h].float().mean())
+    return metrics
