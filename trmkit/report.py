@@ -1,0 +1,301 @@
+"""Run reports and the runs table, built from what a run directory holds.
+
+A run directory holds metrics.jsonl (always), and summary.json and
+config.yaml when the run got that far. `write_report` turns them into PNG
+plots and RUN_DIR/report/report.md; `list_runs` reads many run directories
+into one table. matplotlib (the `report` extra) is imported inside
+`write_report` only, with the Agg backend so no display is needed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from trmkit.monitor import advise, format_duration, read_metrics, summarize
+
+# (file stem, title, metric names) -- each figure shows the series present.
+FIGURES = (
+    ("loss", "Loss", ("train/loss", "eval/loss")),
+    ("accuracy", "Accuracy",
+     ("train/accuracy", "train/exact_accuracy", "eval/cell_accuracy", "eval/exact_accuracy")),
+    ("throughput", "Throughput (samples/s)", ("perf/samples_per_second",)),
+    ("memory", "Resident memory (GB)", ("sys/rss_gb",)),
+    ("cpu", "CPU of this process (%, 100 = one core)", ("sys/cpu_percent",)),
+)
+# Figures that are drawn against both step and wall time (the rest: step only).
+TWO_AXES = ("loss", "accuracy")
+
+# Config settings worth a line in the report and the runs table (dotted keys).
+KEY_SETTINGS = (
+    "data.path", "model.hidden_size", "model.L_layers", "model.H_cycles", "model.L_cycles",
+    "model.halt_max_steps", "model.mixer", "train.batch_size", "train.micro_batch",
+    "train.max_steps", "train.lr", "run.threads", "run.dtype", "run.compile", "run.seed",
+)
+
+
+class MissingMetricsError(FileNotFoundError):
+    """A run directory without metrics.jsonl."""
+
+
+def _metrics_path(run_dir: Path) -> Path:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise MissingMetricsError(
+            f"no metrics found at {path}: run `trmkit train` first "
+            f"(or point to a run directory that holds metrics.jsonl)"
+        )
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+# Flat summary.json keys (as the training loop writes them) that are eval results.
+EVAL_KEYS = ("loss", "cell_accuracy", "blank_accuracy", "exact_accuracy", "act_steps")
+
+
+def normalize_summary(raw: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """summary.json in the layout of monitor.summarize, gaps filled from the history.
+
+    Accepts the flat layout too ("samples_per_second": 123.4, "exact_accuracy": 0.5
+    at top level); values in summary.json win over values derived from metrics.jsonl.
+    """
+    merged = summarize(history)
+    rates = raw.get("samples_per_second")
+    final = dict(raw.get("final_metrics") or {})
+    final.update({f"eval/{k}": raw[k] for k in EVAL_KEYS if isinstance(raw.get(k), (int, float))})
+    for key, value in raw.items():
+        if key not in ("samples_per_second", "final_metrics") and key not in EVAL_KEYS and value is not None:
+            merged[key] = value
+    if isinstance(rates, Mapping):
+        merged["samples_per_second"].update({k: v for k, v in rates.items() if v is not None})
+    elif isinstance(rates, (int, float)):
+        merged["samples_per_second"]["overall"] = rates
+    merged["final_metrics"].update(final)
+    if "advice" not in raw:
+        merged["advice"] = advise(merged)
+    return merged
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"hidden_size": 512}} -> {"model.hidden_size": 512}."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _points(history: Sequence[Mapping[str, Any]], key: str, x: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for record in history:
+        value, at = record.get(key), record.get(x)
+        if isinstance(value, (int, float)) and isinstance(at, (int, float)) and math.isfinite(value):
+            xs.append(at)
+            ys.append(value)
+    return xs, ys
+
+
+def _plot_figure(history: Sequence[Mapping[str, Any]], stem: str, title: str,
+                 keys: Sequence[str], out_dir: Path) -> Path:
+    import matplotlib.pyplot as plt  # backend already set to Agg by write_report
+
+    axes_x = ("step", "wall") if stem in TWO_AXES else ("step",)
+    fig, axes = plt.subplots(1, len(axes_x), figsize=(6 * len(axes_x), 4), squeeze=False)
+    for ax, x in zip(axes[0], axes_x):
+        for key in keys:
+            xs, ys = _points(history, key, x)
+            if xs:  # sparse series (eval) get markers so single points show
+                ax.plot(xs, ys, label=key, marker="o" if len(xs) < 30 else None, markersize=3)
+        ys_all = [y for key in keys for y in _points(history, key, x)[1]]
+        if stem == "loss" and ys_all and min(ys_all) > 0 and max(ys_all) / min(ys_all) > 10:
+            ax.set_yscale("log")
+        ax.set_xlabel("step" if x == "step" else "wall time (s)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / f"{stem}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _present(history: Sequence[Mapping[str, Any]], key: str) -> bool:
+    return bool(_points(history, key, "step")[0])
+
+
+def write_report(run_dir: str | Path) -> list[Path]:
+    """Write RUN_DIR/report/*.png and report.md; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed; set here, not at import time
+    run_dir = Path(run_dir)
+    history = read_metrics(_metrics_path(run_dir))
+    out_dir = run_dir / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = normalize_summary(_read_json(run_dir / "summary.json"), history)
+    config = _read_yaml(run_dir / "config.yaml")
+    written, absent = [], []
+    for stem, title, keys in FIGURES:
+        present = [k for k in keys if _present(history, k)]
+        absent += [k for k in keys if k not in present]
+        if present:
+            written.append(_plot_figure(history, stem, title, present, out_dir))
+    md = out_dir / "report.md"
+    md.write_text(_markdown(run_dir.name, summary, config, written, absent, len(history)))
+    return written + [md]
+
+
+def _table(rows: Sequence[tuple[Any, Any]], header: tuple[str, str]) -> list[str]:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    return lines + [f"| {k} | {v} |" for k, v in rows]
+
+
+def _markdown(name: str, summary: Mapping[str, Any], config: Mapping[str, Any],
+              images: Sequence[Path], absent: Sequence[str], n_records: int) -> str:
+    flat = flatten(config)
+    rates = summary.get("samples_per_second") or {}
+    lines = [f"# Run report: {name}", ""]
+    if flat:
+        settings = [(k, flat[k]) for k in KEY_SETTINGS if k in flat]
+        lines += ["## Key settings", ""] + _table(settings or list(flat.items()), ("setting", "value"))
+        lines += [""]
+    else:
+        lines += ["No config.yaml in the run directory.", ""]
+    final = summary.get("final_metrics") or {}
+    lines += ["## Final metrics", ""]
+    lines += _table([(k, f"{v:.4g}") for k, v in sorted(final.items())], ("metric", "value")) if final \
+        else ["No train/ or eval/ metrics were logged."]
+    timing = [
+        ("steps", summary.get("steps")),
+        ("wall time", format_duration(summary.get("wall_seconds"))),
+        ("training time", format_duration(summary.get("train_seconds"))),
+        ("evaluation time", format_duration(summary.get("eval_seconds"))),
+        ("samples seen", summary.get("samples_seen") or "-"),
+        ("samples/s mean / median / overall",
+         " / ".join("-" if rates.get(k) is None else f"{rates[k]:.1f}" for k in ("mean", "median", "overall"))),
+        ("peak RSS (GB)", "-" if summary.get("peak_rss_gb") is None else f"{summary['peak_rss_gb']:.2f}"),
+        ("mean CPU (%)", "-" if summary.get("cpu_percent_mean") is None else f"{summary['cpu_percent_mean']:.0f}"),
+    ]
+    lines += ["", "## Timings and resources", ""] + _table(timing, ("quantity", "value")) + [""]
+    advice = list(summary.get("throughput_warnings") or []) + list(summary.get("advice") or [])
+    lines += ["## Advice", ""] + ([f"- {a}" for a in advice] or ["Nothing held this run back that trmkit could see."])
+    lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
+    if absent:
+        lines += ["", f"Not logged in this run, so not plotted: {', '.join(absent)}."]
+    lines += ["", f"Built from {n_records} records of metrics.jsonl.", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- runs table
+
+# Where each column is found in config.yaml; the first key present wins.
+RUN_COLUMNS = {
+    "task": ("data.task", "data.path"),
+    "hidden": ("model.hidden_size",),
+    "layers": ("model.L_layers", "model.num_layers"),
+    "cycles": ("model.H_cycles",),
+    "l_cycles": ("model.L_cycles",),
+}
+
+
+def _first_line_time(path: Path) -> float | None:
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "time" in record:
+                return float(record["time"]) - float(record.get("wall", 0.0))
+    return None
+
+
+def _run_row(run_dir: Path) -> dict[str, Any]:
+    raw = _read_json(run_dir / "summary.json")
+    flat = flatten(_read_yaml(run_dir / "config.yaml"))
+    row: dict[str, Any] = {"name": run_dir.name, "path": str(run_dir)}
+    for column, keys in RUN_COLUMNS.items():
+        row[column] = next((flat[k] for k in keys if flat.get(k) not in (None, "")), None)
+    if row["task"] is not None and "/" in str(row["task"]):
+        row["task"] = Path(str(row["task"])).name  # data.path -> the dataset's directory name
+    metrics = run_dir / "metrics.jsonl"
+    history = read_metrics(metrics) if not raw and metrics.is_file() else []  # unfinished run
+    summary = normalize_summary(raw, history)
+    final = summary["final_metrics"]
+    rates = summary["samples_per_second"]
+    row.update(
+        steps=summary.get("steps"),
+        exact_accuracy=final.get("eval/exact_accuracy"),
+        cell_accuracy=final.get("eval/cell_accuracy"),
+        samples_per_second=rates["median"] if rates["median"] is not None else rates["overall"],
+        wall_seconds=summary.get("wall_seconds"),
+        started_at=summary.get("started_at") or _first_line_time(metrics),
+        finished=bool(raw),
+    )
+    return row
+
+
+def list_runs(root: str | Path) -> list[dict[str, Any]]:
+    """One row per run directory under root (any directory with summary.json,
+    config.yaml or metrics.jsonl), oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no runs directory at {root}")
+    markers = ("summary.json", "config.yaml", "metrics.jsonl")
+    dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and any((d / m).is_file() for m in markers)]
+    rows = [_run_row(d) for d in dirs]
+    return sorted(rows, key=lambda r: (r["started_at"] is None, r["started_at"] or 0.0, r["name"]))
+
+
+def _cell(value: Any, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    if spec == "pct":
+        return f"{100 * value:.1f}%"
+    return f"{value:{spec}}" if spec else str(value)
+
+
+def format_runs(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows of list_runs as a fixed-width text table."""
+    if not rows:
+        return "no runs found"
+    header = ("name", "task", "hidden", "layers", "cycles", "steps", "exact", "cell",
+              "samples/s", "wall", "date")
+    table = [header]
+    for r in rows:
+        cycles = "-" if r.get("cycles") is None else f"{r['cycles']}x{_cell(r.get('l_cycles'))}"
+        date = "-" if r.get("started_at") is None else \
+            dt.datetime.fromtimestamp(r["started_at"]).strftime("%Y-%m-%d %H:%M")
+        name = r["name"] + ("" if r.get("finished", True) else " *")
+        table.append((
+            name, _cell(r.get("task")), _cell(r.get("hidden")), _cell(r.get("layers")), cycles,
+            _cell(r.get("steps")), _cell(r.get("exact_accuracy"), "pct"), _cell(r.get("cell_accuracy"), "pct"),
+            _cell(r.get("samples_per_second"), ".0f"), format_duration(r.get("wall_seconds")), date,
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(not r.get("finished", True) for r in rows):
+        lines.append("* no summary.json yet: still running, or stopped early")
+    return "\n".join(lines)
