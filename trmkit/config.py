@@ -89,6 +89,10 @@ class TrainConfig:
     eval_every: int = 0  # evaluate every N steps (0 = only at the end)
     log_every: int = 10  # steps between metric lines
     micro_batch: int = 0  # slots per forward/backward (0 = planner decides)
+    checkpoint_every: int = 0  # save a full checkpoint every N steps (0 = by time only)
+    checkpoint_minutes: float = 10.0  # and every M minutes of wall time (0 = off)
+    keep_checkpoints: int = 3  # rotation keeps the last K (plus the best)
+    best_metric: str = "exact_accuracy"  # eval metric that marks the best checkpoint
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):

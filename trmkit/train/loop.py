@@ -1,0 +1,310 @@
+"""The training loop: set-up from one Config, steps, periodic evaluation, summary.
+
+`prepare` resolves the config against the data store and the machine (model
+fields from meta.json, the planner's choices); `train` runs the loop and writes
+RUN_DIR/config.yaml, plan.json, metrics.jsonl and summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from trmkit import config as config_mod
+from trmkit import monitor
+from trmkit.config import Config, ConfigError
+from trmkit.data.store import Split, SampleStream, eval_batches, open_split
+from trmkit.model.trm import TRM
+from trmkit.plan import Plan, apply_threads, make_plan
+from trmkit.train import checkpoint
+from trmkit.train import state as state_mod
+from trmkit.train.evaluate import evaluate
+from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
+from trmkit.train.signals import graceful_stop
+from trmkit.train.step import Optimizers, StepContext, TrainState, new_state, train_step
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Session:
+    """Everything a run needs, built once by `prepare`."""
+
+    cfg: Config
+    plan: Plan
+    model: TRM
+    opts: Optimizers
+    state: TrainState
+    stream: SampleStream
+    train_split: Split
+    test_split: Split | None
+    ctx: StepContext
+
+
+def open_splits(cfg: Config) -> tuple[Split, Split | None]:
+    root = Path(cfg.data.path)
+    if not cfg.data.path:
+        raise ConfigError("data.path is empty: build a store with `trmkit data sudoku --out DIR` "
+                          "and pass data.path=DIR")
+    if not (root / "train").is_dir():
+        raise ConfigError(f"data.path={root}: no train/ split there; build one with "
+                          f"`trmkit data sudoku --source generate --out {root}`")
+    test = open_split(root / "test") if (root / "test").is_dir() else None
+    return open_split(root / "train"), test
+
+
+def fill_from_meta(cfg: Config, split: Split) -> Config:
+    meta = split.meta
+    return config_mod.replace(cfg, "model", vocab_size=meta.vocab_size, seq_len=meta.seq_len,
+                              num_puzzle_ids=meta.num_puzzle_identifiers)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_optimizers(model: TRM, cfg: Config) -> Optimizers:
+    t = cfg.train
+    sparse = None
+    if model.puzzle_emb is not None:
+        sparse = SparseSignSGD(model.puzzle_emb, t.puzzle_emb_lr, t.puzzle_emb_weight_decay)
+    ema = EMA(model, t.ema_decay, t.ema_warmup) if t.ema_decay > 0 else None
+    return Optimizers(dense=build_optimizer(model.parameters(), t), sparse=sparse, ema=ema)
+
+
+def prepare(cfg: Config, usable_cores: int, log: Log = print) -> Session:
+    """Resolve cfg for the data and this machine, and build model and state."""
+    train_split, test_split = open_splits(cfg)
+    cfg = fill_from_meta(cfg, train_split)
+    plan = make_plan(cfg, usable_cores)
+    for line in plan.lines():
+        log(f"plan: {line}")
+    apply_threads(plan)
+    seed_everything(cfg.run.seed)
+    device = plan.torch_device()
+    model = TRM(cfg.model).to(device)
+    log(f"model: {model.num_parameters():,} trainable parameters "
+        f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
+        f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
+    ctx = StepContext(micro_batch=int(plan.micro_batch.value),
+                      ignore_label_id=train_split.meta.ignore_label_id,
+                      device=device, autocast=plan.autocast())
+    return Session(cfg=cfg, plan=plan, model=model, opts=build_optimizers(model, cfg),
+                   state=new_state(model, cfg.train.batch_size, cfg.model.seq_len, device),
+                   stream=SampleStream(train_split, cfg.run.seed), train_split=train_split,
+                   test_split=test_split, ctx=ctx)
+
+
+def run_eval(s: Session, limit: int | None = None) -> dict[str, float]:
+    """Evaluate on the test split with the EMA weights (when EMA is on)."""
+    if s.test_split is None:
+        return {}
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    batches = eval_batches(s.test_split, max(1, min(s.cfg.train.batch_size, 256)), limit)
+    if s.opts.ema is not None:
+        s.opts.ema.swap(s.model)
+    try:
+        return evaluate(s.model, batches, s.ctx, s.test_split.meta.blank_id)
+    finally:
+        if s.opts.ema is not None:
+            s.opts.ema.swap(s.model)
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+RESUME_IGNORE = ("run", "train.max_steps", "train.max_minutes", "train.eval_every", "train.log_every",
+                 "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoints",
+                 "data.eval_limit", "data.path", "train.micro_batch")
+
+
+def resume_if_possible(s: Session, log: Log = print) -> int | None:
+    """Load the newest valid checkpoint of the run directory, if there is one."""
+    ckpt = checkpoint.load_latest(s.cfg.run.dir, s.cfg.to_dict(), ignore=RESUME_IGNORE, log=log)
+    if ckpt is None:
+        return None
+    state_mod.restore(s.model, s.opts, s.state, s.stream, ckpt.tensors, ckpt.meta)
+    log(f"resumed from {ckpt.path} (step {s.state.step})")
+    return s.state.step
+
+
+def save_state(s: Session, metrics: dict, log: Log = print) -> Path:
+    tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.stream)
+    meta.update(config=s.cfg.to_dict(), metrics=metrics)
+    best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
+    return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
+                                      keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log)
+
+
+@dataclass
+class Clock:
+    """Wall-time bookkeeping of one session of a run."""
+
+    start: float = field(default_factory=time.perf_counter)
+    eval_seconds: float = 0.0
+    ckpt_seconds: float = 0.0
+    last_ckpt: float = field(default_factory=time.perf_counter)
+    samples: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self.start - self.eval_seconds - self.ckpt_seconds
+
+
+def _checkpoint_due(cfg: Config, step: int, clock: Clock) -> bool:
+    t = cfg.train
+    by_steps = t.checkpoint_every > 0 and step % t.checkpoint_every == 0
+    by_time = t.checkpoint_minutes > 0 and time.perf_counter() - clock.last_ckpt > 60 * t.checkpoint_minutes
+    return by_steps or by_time
+
+
+def _timed_save(s: Session, clock: Clock, metrics: dict, log: Log) -> None:
+    t0 = time.perf_counter()
+    save_state(s, metrics, log)
+    clock.ckpt_seconds += time.perf_counter() - t0
+    clock.last_ckpt = time.perf_counter()
+
+
+def _timed_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
+    t0 = time.perf_counter()
+    evals = run_eval(s)
+    clock.eval_seconds += time.perf_counter() - t0
+    if evals:
+        loggers.log(s.state.step, {f"eval/{k}": v for k, v in evals.items()})
+    return evals
+
+
+def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: Log) -> dict:
+    t0 = time.perf_counter()
+    metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+    dt = time.perf_counter() - t0
+    clock.samples += s.cfg.train.batch_size
+    metrics["perf/samples_per_second"] = s.cfg.train.batch_size / dt
+    metrics["perf/seconds_per_step"] = dt
+    step = s.state.step
+    if step % max(1, s.cfg.train.log_every) == 0 or step == 1:
+        loggers.log(step, {**metrics, **sampler.sample()})
+        warning = watch.check(metrics["perf/samples_per_second"], step)
+        if warning:
+            clock.warnings.append(warning)
+            progress.close()
+            log(f"warning: {warning}")
+    progress.update(step, metrics)
+    return metrics
+
+
+def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
+    """Run (or resume) the loop until max_steps, the time budget, or a stop signal."""
+    cfg = s.cfg
+    run_dir = Path(cfg.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resumed = resume_if_possible(s, log)
+    config_mod.save(cfg, run_dir / "config.yaml")
+    write_json(run_dir / "plan.json", s.plan.to_dict())
+    loggers = monitor.make_loggers(run_dir, None, log)
+    loggers.log_config(cfg.to_dict())
+    sampler, clock, watch = monitor.SystemSampler(), Clock(), monitor.ThroughputWatch()
+    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=sampler)
+    evals: dict = {}
+    with graceful_stop(log) as stop:
+        while s.state.step < cfg.train.max_steps and not _out_of_time(cfg, clock.start):
+            _one_step(s, clock, loggers, progress, sampler, watch, log)
+            step = s.state.step
+            if stop.requested:
+                break
+            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.max_steps:
+                evals = _timed_eval(s, clock, loggers, log)
+                progress.close()
+                log(f"eval @ step {step}: " + _fmt_eval(evals))
+            if _checkpoint_due(cfg, step, clock):
+                _timed_save(s, clock, evals, log)
+        progress.close()
+        if stop.requested:
+            _timed_save(s, clock, evals, log)
+            loggers.close()
+            log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: "
+                f"trmkit train --resume {run_dir}")
+            return {"stopped": stop.signal_name, "steps": s.state.step}
+        evals = _timed_eval(s, clock, loggers, log) or evals
+        _timed_save(s, clock, evals, log)
+    loggers.close()
+    save_weights(s, run_dir)
+    return _finish(s, clock, sampler, evals, resumed, log)
+
+
+def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -> dict:
+    run_dir = Path(s.cfg.run.dir)
+    history = monitor.read_metrics(run_dir / "metrics.jsonl")
+    facts = monitor.RunFacts(
+        cores=int(s.plan.threads.value), threads=int(s.plan.threads.value),
+        peak_rss_gb=sampler.peak_rss_gb, final_metrics=evals, train_seconds=clock.train_seconds(),
+        eval_seconds=clock.eval_seconds, wall_seconds=time.perf_counter() - clock.start,
+        samples_seen=clock.samples, throughput_warnings=clock.warnings,
+    )
+    summary = monitor.summarize(history, facts)
+    summary.update({k: v for k, v in evals.items()})
+    summary["samples_per_second_stats"] = summary.pop("samples_per_second")
+    summary.update(steps=s.state.step, samples_per_second=clock.samples / max(clock.train_seconds(), 1e-9),
+                   wall_seconds=facts.wall_seconds, parameters=s.model.num_parameters(),
+                   resumed_from_step=resumed, plan=s.plan.to_dict())
+    write_json(run_dir / "summary.json", summary)
+    log(monitor.format_summary(summary))
+    log("final: " + _fmt_eval(evals) + f" | {summary['samples_per_second']:.1f} samples/s, "
+        f"{summary['wall_seconds']:.0f} s -> {run_dir / 'summary.json'}")
+    return summary
+
+
+def _out_of_time(cfg: Config, start: float) -> bool:
+    return cfg.train.max_minutes > 0 and time.perf_counter() - start > 60 * cfg.train.max_minutes
+
+
+def _fmt_eval(evals: dict) -> str:
+    if not evals:
+        return "no test split to evaluate"
+    return (f"cell_accuracy {evals['cell_accuracy']:.3f}, blank_accuracy {evals['blank_accuracy']:.3f}, "
+            f"exact_accuracy {evals['exact_accuracy']:.3f}, loss {evals['loss']:.3f}, "
+            f"act_steps {evals['act_steps']:.2f} (n={evals['samples']})")
+
+
+WEIGHTS_FILE = "weights.safetensors"
+
+
+def save_weights(s: Session, run_dir: Path) -> Path:
+    """The evaluation weights (EMA when on) and buffers, atomically."""
+    from safetensors.torch import save_file
+
+    if s.opts.ema is not None:
+        s.opts.ema.swap(s.model)
+    try:
+        tensors = {k: v.detach().cpu().contiguous() for k, v in s.model.state_dict().items()}
+    finally:
+        if s.opts.ema is not None:
+            s.opts.ema.swap(s.model)
+    path = run_dir / WEIGHTS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def load_weights(s: Session, run_dir: Path) -> None:
+    """Load evaluation weights into the model; EMA is dropped (they already are EMA)."""
+    from safetensors.torch import load_file
+
+    path = Path(run_dir) / WEIGHTS_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: train this run to the end first (`trmkit train`)")
+    s.model.load_state_dict(load_file(str(path), device=str(s.ctx.device)))
+    s.opts.ema = None

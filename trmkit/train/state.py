@@ -1,0 +1,83 @@
+"""The full training state as flat tensors + JSON, for checkpoints and exact resume.
+
+Saved: model parameters and buffers, EMA shadow weights, the dense optimizer's
+per-parameter state, the ACT carry and each slot's current sample, random
+states (Python, NumPy, torch), the sample stream's position, the step, and
+the resolved config. The sparse sign-SGD optimizer has no state of its own
+beyond the puzzle-embedding buffer, which is part of the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trmkit.model.trm import TRM, Carry
+from trmkit.train import checkpoint
+from trmkit.train.step import Optimizers, TrainState
+
+CARRY_KEYS = ("z_H", "z_L", "steps", "halted")
+SLOT_KEYS = ("inputs", "labels", "puzzle_ids")
+
+
+def _param_names(model: TRM) -> dict[int, str]:
+    return {id(p): n for n, p in model.named_parameters()}
+
+
+def optimizer_tensors(model: TRM, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    names = _param_names(model)
+    out = {}
+    for p, st in opt.state.items():
+        for key, value in st.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            out[f"opt.{names[id(p)]}.{key}"] = t
+    return out
+
+
+def load_optimizer_tensors(model: TRM, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    by_name = dict(model.named_parameters())
+    for key, value in tensors.items():
+        if not key.startswith("opt."):
+            continue
+        name, _, field = key[len("opt."):].rpartition(".")
+        p = by_name[name]
+        opt.state[p][field] = value.to(p.device) if field != "step" else value.clone()
+
+
+def collect(model: TRM, opts: Optimizers, state: TrainState, stream) -> tuple[dict, dict]:
+    """(tensors, meta) describing everything needed to continue bit-for-bit."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    if opts.ema is not None:
+        tensors.update({f"ema.{k}": v for k, v in opts.ema.shadow.items()})
+    tensors.update(optimizer_tensors(model, opts.dense))
+    tensors.update({f"carry.{k}": getattr(state.carry, k) for k in CARRY_KEYS})
+    tensors.update({f"slot.{k}": getattr(state, k) for k in SLOT_KEYS})
+    rng_json, rng_tensors = checkpoint.rng_state()
+    tensors.update(rng_tensors)
+    meta: dict[str, Any] = {
+        "step": state.step,
+        "samples_started": state.samples_started,
+        "stream": stream.state_dict(),
+        "ema_updates": opts.ema.updates if opts.ema is not None else 0,
+        "rng": rng_json,
+    }
+    return tensors, meta
+
+
+def restore(model: TRM, opts: Optimizers, state: TrainState, stream, tensors: dict, meta: dict) -> None:
+    """Inverse of `collect`, in place."""
+    device = state.inputs.device
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    if opts.ema is not None:
+        for k in opts.ema.shadow:
+            opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
+        opts.ema.updates = int(meta["ema_updates"])
+    load_optimizer_tensors(model, opts.dense, tensors)
+    state.carry = Carry(**{k: tensors[f"carry.{k}"].to(device) for k in CARRY_KEYS})
+    for k in SLOT_KEYS:
+        setattr(state, k, tensors[f"slot.{k}"].to(device))
+    state.step = int(meta["step"])
+    state.samples_started = int(meta["samples_started"])
+    stream.load_state_dict(meta["stream"])
+    checkpoint.restore_rng(meta["rng"], tensors)
