@@ -25,31 +25,51 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     s.add_argument("--limit", type=int, default=None, help="read at most N puzzles from the source")
     s.add_argument("--num", type=int, default=1000, help="puzzles to generate (--source generate)")
     s.add_argument("--givens", default="24-26", help="givens per generated puzzle: N or A-B")
+    s.add_argument("--min-guesses", type=int, default=0,
+                   help="generated puzzles need at least this many solver guesses (harder)")
+    s.add_argument("--allow-multiple", action="store_true",
+                   help="keep puzzles with several solutions, labelled with the first one found")
     s.add_argument("--seed", type=int, default=0)
 
 
 def _run_data(args: argparse.Namespace) -> int:
     from trmkit.data import sudoku
 
-    report = sudoku.build_sudoku(
-        source=args.source, out_dir=Path(args.out), test_fraction=args.test_fraction,
-        aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens, seed=args.seed,
-    )
-    print(report.format() if hasattr(report, "format") else report)
+    try:
+        sudoku.build_sudoku(
+            source=args.source, out_dir=Path(args.out), test_fraction=args.test_fraction,
+            aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens,
+            min_guesses=args.min_guesses, seed=args.seed, require_unique=not args.allow_multiple,
+        )
+    except (ValueError, FileExistsError, OSError) as err:
+        raise ConfigError(str(err)) from err
     return 0
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="YAML preset, e.g. configs/sudoku-laptop.yaml")
+    p.add_argument("config", nargs="?", help="YAML preset, e.g. configs/sudoku-laptop.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.max_steps=200 run.dir=runs/a")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the run in RUN_DIR from its newest valid checkpoint")
+
+
+def _train_config(args: argparse.Namespace) -> config_mod.Config:
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
+        overrides = ([args.config] if args.config and "=" in args.config else []) + args.overrides
+        return config_mod.load(run_dir / "config.yaml", overrides + [f"run.dir={run_dir}"])
+    if not args.config:
+        raise ConfigError("give a config (e.g. configs/sudoku-laptop.yaml) or --resume RUN_DIR")
+    return config_mod.load(args.config, args.overrides)
 
 
 def _run_train(args: argparse.Namespace) -> int:
     from trmkit.monitor import usable_cores
     from trmkit.train import loop
 
-    cfg = config_mod.load(args.config, args.overrides)
-    session = loop.prepare(cfg, usable_cores())
+    session = loop.prepare(_train_config(args), usable_cores())
     loop.train(session, is_tty=sys.stdout.isatty())
     return 0
 
@@ -73,10 +93,52 @@ def _run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run directory written by `trmkit train`")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from trmkit.report import MissingMetricsError, write_report
+
+    try:
+        paths = write_report(args.run_dir)
+    except MissingMetricsError as err:
+        raise ConfigError(str(err)) from err
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _add_runs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("root", nargs="?", default="runs", help="directory holding run directories")
+
+
+def _run_runs(args: argparse.Namespace) -> int:
+    from trmkit.report import format_runs, list_runs
+
+    print(format_runs(list_runs(args.root)))
+    return 0
+
+
+def _add_hw(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the probe as JSON")
+
+
+def _run_hw(args: argparse.Namespace) -> int:
+    from trmkit import hardware
+
+    info = hardware.probe()
+    print(json.dumps(info.to_dict(), indent=2) if args.json else hardware.format_report(info))
+    return 0
+
+
 COMMANDS = {
     "data": ("build a data store", _add_data, _run_data),
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
+    "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
+    "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),
+    "hw": ("show what trmkit sees of this machine", _add_hw, _run_hw),
 }
 
 

@@ -118,6 +118,9 @@ class RunConfig:
     dtype: str = "auto"  # "auto", "float32" or "bfloat16" (autocast)
     threads: int = 0  # intra-op threads (0 = planner decides)
     compile: str = "auto"  # "auto", "on" or "off"
+    grad_checkpointing: str = "auto"  # "auto", "on" or "off": recompute activations in backward
+    memory_budget: str = ""  # e.g. "6GB"; empty = 80% of the effective limit minus what is in use
+    memory_guard: bool = True  # shrink the micro-batch before memory runs out
 
 
 @dataclass

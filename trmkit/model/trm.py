@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trmkit.config import ModelConfig
 from trmkit.model.layers import Network, rotary_tables
@@ -75,6 +76,7 @@ class TRM(nn.Module):
             raise ValueError("ModelConfig.vocab_size/seq_len/num_puzzle_ids come from the "
                              "dataset's meta.json; set them before building TRM")
         self.cfg = cfg
+        self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
         self.seq_total = P + cfg.seq_len
         self.embed_scale = math.sqrt(D)
@@ -132,10 +134,15 @@ class TRM(nn.Module):
     def _rope(self):
         return (self.rope_cos, self.rope_sin) if self.cfg.mixer == "attention" else None
 
+    def _net(self, h, injection, rope):
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return checkpoint(self.net, h, injection, rope, use_reentrant=False)
+        return self.net(h, injection, rope)
+
     def latent_recursion(self, z_H, z_L, x, rope):
         for _ in range(self.cfg.L_cycles):
-            z_L = self.net(z_L, z_H + x, rope)  # (B, S, D)
-        z_H = self.net(z_H, z_L, rope)  # (B, S, D)
+            z_L = self._net(z_L, z_H + x, rope)  # (B, S, D)
+        z_H = self._net(z_H, z_L, rope)  # (B, S, D)
         return z_H, z_L
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,

@@ -12,6 +12,7 @@ gradients are summed per row before their sign is taken.
 from __future__ import annotations
 
 import contextlib
+import gc
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -95,34 +96,69 @@ def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tenso
     return u.to(device), min_steps.to(device)
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    """Allocation failures of the CPU allocator, CUDA, or Python itself."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate" in text
+                                               or "failed to allocate" in text)
+
+
 def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimizers,
-               cfg: TrainConfig, ctx: StepContext) -> dict[str, float]:
-    """One optimizer step over all slots; returns the step's metrics."""
-    mcfg = model.cfg
+               cfg: TrainConfig, ctx: StepContext,
+               on_oom: Callable[[BaseException], int] | None = None) -> dict[str, float]:
+    """One optimizer step over all slots; returns the step's metrics.
+
+    If an allocation fails and `on_oom` is given, gradients are dropped, on_oom
+    returns a smaller micro-batch, and the same step is computed again (the
+    refill and the exploration draws are not repeated).
+    """
     set_learning_rates(opts, state.step, cfg)
     new_samples = refill(model, state, stream, ctx)
-    B = state.carry.steps.shape[0]
-    u, min_steps = exploration_draws(B, mcfg, ctx.device)
+    u, min_steps = exploration_draws(state.carry.steps.shape[0], model.cfg, ctx.device)
     model.train()
-    carry = state.carry
+    while True:
+        try:
+            carry, stats = forward_backward(model, state, ctx, u, min_steps)
+            break
+        except (RuntimeError, MemoryError) as err:
+            if on_oom is None or not is_out_of_memory(err):
+                raise
+            drop_gradients(model, opts)
+            ctx.micro_batch = on_oom(err)
+    apply_updates(model, opts)
+    state.carry = carry
+    state.step += 1
+    return step_metrics(stats, carry.steps, carry.halted, new_samples, opts)
+
+
+def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_steps):
+    """All micro-batches of one step; gradients accumulate in .grad. Returns (carry, stats)."""
+    carry, B = state.carry, state.carry.steps.shape[0]
     z_H, z_L = torch.empty_like(carry.z_H), torch.empty_like(carry.z_L)
     steps = carry.steps + 1
     halted = torch.empty_like(carry.halted)
-    stats_parts = []
+    parts = []
     for start in range(0, B, ctx.micro_batch):
         sl = slice(start, min(B, start + ctx.micro_batch))
         with ctx.autocast():
             zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-        loss, stats = act_loss(logits, state.labels[sl], q, mcfg.halt_loss_weight)
+        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight)
         (loss / B).backward()
         z_H[sl], z_L[sl] = zh.to(z_H.dtype), zl.to(z_L.dtype)
-        halted[sl] = halt_decision(steps[sl], q, mcfg, True, u[sl], min_steps[sl])
-        stats_parts.append(stats)
-    apply_updates(model, opts)
-    state.carry = Carry(z_H=z_H, z_L=z_L, steps=steps, halted=halted)
-    state.step += 1
-    stats = {k: torch.cat([s[k] for s in stats_parts]) for k in stats_parts[0]}
-    return step_metrics(stats, steps, halted, new_samples, opts)
+        halted[sl] = halt_decision(steps[sl], q, model.cfg, True, u[sl], min_steps[sl])
+        parts.append(stats)
+    stats = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return Carry(z_H=z_H, z_L=z_L, steps=steps, halted=halted), stats
+
+
+def drop_gradients(model: TRM, opts: Optimizers) -> None:
+    """Forget a failed step's partial gradients (dense and sparse)."""
+    opts.dense.zero_grad(set_to_none=True)
+    if model.puzzle_emb is not None:
+        model.puzzle_emb.take_pending()
+    gc.collect()
 
 
 def set_learning_rates(opts: Optimizers, step: int, cfg: TrainConfig) -> None:

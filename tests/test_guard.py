@@ -1,0 +1,99 @@
+"""The memory guard: shrink before the budget is hit, retry failed allocations, grow back."""
+
+import torch
+
+from trmkit.config import Config, TrainConfig
+from trmkit.model.trm import TRM
+from trmkit.train.guard import GiB, MemoryGuard, PeakReader, Reading, divisors_upto
+from trmkit.train.loop import build_optimizers
+from trmkit.train.step import new_state, train_step
+from tests.test_step import CountingStream, ctx, tiny
+
+MiB = 2**20
+
+
+def guard(mb=64, **kw):
+    return MemoryGuard(budget=4 * GiB, batch_size=256, micro_batch=mb, max_micro_batch=64,
+                       log=lambda m: None, **kw)
+
+
+def test_divisors_upto():
+    assert divisors_upto(256, 50) == 32
+    assert divisors_upto(768, 100) == 96
+    assert divisors_upto(7, 6) == 1
+    assert divisors_upto(12, 0) == 1
+
+
+def test_shrinks_over_threshold_and_keeps_the_effective_batch():
+    g = guard()
+    # 2 GiB at rest, +2 GiB during the step at micro-batch 64: 4 GiB > 80% of 4 GiB
+    mb = g.observe(10, Reading(rss=2 * GiB, step_peak=4 * GiB, headroom=20 * GiB))
+    # room for 0.8*4 - 2 = 1.2 GiB of transient at 32 MiB per slot -> 38 slots -> divisor 32
+    assert mb == 32 and 256 % mb == 0
+    assert g.adjustments[0]["from"] == 64 and g.adjustments[0]["to"] == 32
+    assert g.adjustments[0]["accumulation"] == 8
+
+
+def test_shrinks_when_headroom_is_low_even_under_budget():
+    g = guard()
+    mb = g.observe(3, Reading(rss=1 * GiB, step_peak=1 * GiB + 640 * MiB, headroom=500 * MiB))
+    assert mb < 64 and 10 * mb * 0.8 <= 400  # 10 MiB per slot must fit in 80% of 500 MiB
+
+
+def test_no_change_when_comfortable_and_grows_back_when_calm():
+    g = guard(mb=16, grow_after=3)
+    calm = Reading(rss=1 * GiB, step_peak=1 * GiB + 16 * MiB, headroom=20 * GiB)
+    assert [g.observe(i, calm) for i in range(2)] == [16, 16]
+    assert g.observe(2, calm) == 32
+    assert g.observe(3, calm) == 32 and g.observe(4, calm) == 32 and g.observe(5, calm) == 64
+    for i in range(6, 20):
+        assert g.observe(i, calm) == 64  # never beyond the plan's micro-batch
+
+
+def test_oom_halves_and_gives_up_at_one():
+    g = guard(mb=2)
+    assert g.on_oom(1, MemoryError("x")) == 1
+    try:
+        g.on_oom(2, MemoryError("x"))
+    except MemoryError as err:
+        assert "laptop-8gb" in str(err)
+    else:
+        raise AssertionError("expected MemoryError at micro-batch 1")
+
+
+def test_failed_allocation_is_retried_at_half_and_matches_a_clean_run():
+    def run(start_mb, fail_above):
+        torch.manual_seed(1)
+        cfg = Config(model=tiny(halt_max_steps=2), train=TrainConfig(batch_size=8, warmup_steps=1, lr=1e-3))
+        model = TRM(cfg.model)
+
+        def allocator(_module, args):
+            if args[0].shape[0] > fail_above:
+                raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+
+        model.register_forward_pre_hook(allocator)
+        opts = build_optimizers(model, cfg)
+        state, stream, c = new_state(model, 8, 9, "cpu"), CountingStream(9), ctx(start_mb)
+        g = MemoryGuard(budget=GiB, batch_size=8, micro_batch=start_mb, max_micro_batch=start_mb,
+                        log=lambda m: None)
+        torch.manual_seed(2)
+        for _ in range(3):
+            train_step(model, state, stream, opts, cfg.train, c, on_oom=lambda e: g.on_oom(state.step, e))
+        return model, c.micro_batch, g.adjustments
+
+    guarded, mb, adjustments = run(8, fail_above=2)
+    clean, _, _ = run(2, fail_above=2)
+    assert mb == 2 and [a["to"] for a in adjustments] == [4, 2]
+    for a, b in zip(guarded.parameters(), clean.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_peak_reader_sees_a_transient_allocation():
+    reader = PeakReader()
+    reader.read()
+    big = torch.ones(64 * MiB // 4)  # 64 MiB, touched
+    del big
+    r = reader.read()
+    if reader.can_reset:  # Linux: VmHWM
+        assert r.step_peak - r.rss > 48 * MiB
+    assert r.headroom > 0
