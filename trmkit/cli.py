@@ -152,9 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from trmkit.data.store import StoreError
+    from trmkit.train.checkpoint import CheckpointError
+
     try:
         return COMMANDS[args.command][2](args)
-    except ConfigError as err:
+    except (ConfigError, CheckpointError, StoreError) as err:
         print(f"trmkit {args.command}: {err}", file=sys.stderr)
         return 2
 
