@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from trmkit import config as config_mod
 from trmkit.config import ConfigError
+
+
+def _cache_dir() -> Path:
+    """Where measurements are cached (XDG_CACHE_HOME, else ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trmkit"
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
@@ -51,6 +57,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.max_steps=200 run.dir=runs/a")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR from its newest valid checkpoint")
+    p.add_argument("--memory-budget", default=None,
+                   help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget)")
 
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
@@ -66,10 +74,11 @@ def _train_config(args: argparse.Namespace) -> config_mod.Config:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from trmkit.monitor import usable_cores
+    from trmkit import hardware, plan
     from trmkit.train import loop
 
-    session = loop.prepare(_train_config(args), usable_cores())
+    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
+    session = loop.prepare(_train_config(args), hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget)
     loop.train(session, is_tty=sys.stdout.isatty())
     return 0
 
@@ -81,13 +90,14 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from trmkit.monitor import usable_cores
+    from trmkit import hardware
     from trmkit.train import loop
 
     run_dir = Path(args.run_dir)
     overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else [])
     cfg = config_mod.load(run_dir / "config.yaml", overrides)
-    session = loop.prepare(cfg, usable_cores(), log=lambda m: print(m, file=sys.stderr))
+    session = loop.prepare(cfg, hardware.probe(), log=lambda m: print(m, file=sys.stderr),
+                           cache_dir=_cache_dir())
     loop.load_weights(session, run_dir)
     print(json.dumps(loop.run_eval(session, args.limit), indent=2))
     return 0
@@ -120,6 +130,42 @@ def _run_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML preset, e.g. configs/laptop-16gb.yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.batch_size=384")
+    p.add_argument("--memory-budget", default=None,
+                   help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget)")
+    p.add_argument("--memory-limit", default=None,
+                   help="plan as if this process ran alone under this memory limit, e.g. 8GB (simulation)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure two real steps to fit the memory model (cached per config and torch)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from trmkit import hardware, plan
+    from trmkit.train import loop
+
+    cfg = config_mod.load(args.config, args.overrides)
+    if cfg.data.path and (Path(cfg.data.path) / "train").is_dir():
+        cfg = loop.fill_from_meta(cfg, loop.open_splits(cfg)[0])
+    hw = hardware.probe()
+    if args.memory_limit:
+        hw = plan.with_memory_limit(hw, plan.parse_bytes(args.memory_limit))
+    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
+
+    def log(line: str) -> None:  # the report repeats the choices; measurements are announced
+        if args.json:
+            print(line, file=sys.stderr)
+        elif not line.startswith("plan: "):
+            print(line)
+
+    result = plan.make_plan(cfg, hw, budget_bytes=budget, cache_dir=_cache_dir(), log=log,
+                            calibrate=args.calibrate)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else plan.plan_report(result))
+    return 0
+
+
 def _add_hw(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the probe as JSON")
 
@@ -132,13 +178,51 @@ def _run_hw(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML preset, e.g. configs/bench-tiny.yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.batch_size=32 run.dtype=bfloat16")
+    p.add_argument("--json", action="store_true", help="print one JSON dict (progress goes to stderr)")
+    p.add_argument("--steps", type=int, default=5, help="timed training steps")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (torch.compile runs here)")
+    p.add_argument("--compare", metavar="BASELINE.json", default=None,
+                   help="exit 1 if MFU fell or MB per slot rose by more than --tolerance")
+    p.add_argument("--tolerance", type=float, default=0.1, help="relative change allowed by --compare")
+    p.add_argument("--save", metavar="OUT.json", default=None, help="write the result as a baseline")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the MB-per-slot probe (two fresh processes, two steps each)")
+    p.add_argument("--compile-target", choices=("net", "model"), default="net",
+                   help="with run.compile=on: compile model.net or the whole model")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from trmkit import bench
+
+    cfg = config_mod.load(args.config, args.overrides)
+    baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
+    result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
+                             compile_target=args.compile_target, log=log)
+    if args.save:
+        bench.save_result(result, args.save)
+    ok, lines = bench.compare(result, baseline, args.tolerance) if baseline else (True, [])
+    if args.json:
+        print(json.dumps({**result, "compare": {"ok": ok, "lines": lines}} if baseline else result))
+    else:
+        print("\n".join(bench.format_lines(result) + [f"compare: {line}" for line in lines]))
+        if args.save:
+            print(f"saved {args.save}")
+    return 0 if ok else 1
+
+
 COMMANDS = {
     "data": ("build a data store", _add_data, _run_data),
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),
-    "hw": ("show what trmkit sees of this machine", _add_hw, _run_hw),
+    "hw": ("probe this machine: cores, ISA, memory limits, torch build", _add_hw, _run_hw),
+    "plan": ("show what a config will use on this machine, and why", _add_plan, _run_plan),
+    "bench": ("time training steps: samples/s, MFU, MB per slot", _add_bench, _run_bench),
 }
 
 

@@ -1,25 +1,140 @@
-"""The execution plan: device, dtype, threads, micro-batch — each with its reason.
+"""The execution plan: every 'auto' setting resolved for this machine, each with its reason.
 
-Every automatic choice is a `Choice(value, reason)`, printed at the start of a
-run and stored in the run directory, so a user can see why and override it.
+`make_plan(cfg, hw)` chooses device, threads, data-loader workers, compute dtype,
+memory budget, micro-batch and gradient accumulation, activation checkpointing,
+the evaluation batch and torch.compile. Every choice is a `Choice(value, reason)`,
+printed at the start of a run and stored in the run directory (`Plan.to_dict()`).
+A config that cannot work stops with a `ConfigError` that names the problem and
+a concrete alternative.
+
+The memory model (`estimate_memory`) predicts the peak resident memory of one
+training step:
+
+    peak = fixed + batch_size * carry_per_slot + micro_batch * micro_per_slot
+
+- fixed: this process before the model exists (Python, torch; `hw.memory.rss`),
+  the runtime's own allocations (oneDNN, OpenMP, allocator; calibrated), the
+  weights, their gradients, Adam's m and v, the EMA copy, the puzzle-embedding
+  table and, under bf16 autocast, the bf16 copies of the weights.
+- carry_per_slot, for every slot of the *global* batch (they persist across
+  micro-batches): z_H and z_L twice (the carry and the step's output buffers),
+  the puzzle-embedding rows and their gradients that the sparse optimizer holds
+  until the step ends, the slot's inputs and labels.
+- micro_per_slot: what autograd saves for the cycle that keeps gradients
+  (n + 1 calls of the network; per block the SwiGLU gate/up outputs, silu,
+  their product, the input copies and the residual sums kept by RMSNorm) plus
+  the backward's working set and the float64 logits of the stable-max loss.
+  With checkpointing each call keeps only its two inputs and one call at a
+  time is recomputed during backward.
+
+`calibrate_memory` fits the runtime overhead and the backward working set from
+two real steps (in fresh subprocesses, so peak RSS is clean) and caches them per
+config and torch version; without it, defaults measured with torch 2.13 on an
+x86-64 Linux CPU are used (docs/planning.md has the table: within 10% of the
+measured peak for the Sudoku configs).
+
+Nothing runs at import time. Measurements run inside `make_plan` only: the
+speed of one network call at float32/bf16 (a few seconds, cached per machine,
+torch and model shape; not cached when other processes were busy), torch.compile
+(only for runs longer than 30 minutes, cached) and, when asked, the calibration.
+
+Departures from "always the largest micro-batch": activation checkpointing is
+turned on only where memory is the limit *and* the micro-batch without it would
+be too small for efficient matmuls (see `_auto_checkpointing`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import hashlib
+import json
+import math
+import re
+import subprocess
+import sys
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
-from trmkit.config import Config
+from trmkit.config import Config, ConfigError, ModelConfig
+from trmkit.hardware import HardwareInfo, effective_available, format_bytes
+from trmkit.model.layers import Network, rotary_tables, swiglu_width
 
+Log = Callable[[str], None]
+
+MiB = 1 << 20
+GiB = 1 << 30
+BUDGET_FRACTION = 0.8  # default budget: this share of the memory limit, minus what others use
+# Runtime allocations beyond the baseline RSS: oneDNN/MKL scratch and kernels, OpenMP
+# thread stacks, allocator slack. Measured here (torch 2.13, x86-64 Linux): 70-110 MiB.
+DEFAULT_RUNTIME_OVERHEAD = 96 * MiB
+# Backward keeps the saved activations while it builds gradients of the same shapes: its
+# working set measured here is about one network call's saved activations (0.9-1.1).
+DEFAULT_BACKWARD_CALLS = 1.0
+DEFAULT_BASELINE = 240 * MiB  # RSS of python + torch + trmkit before the model (when not probed)
+EVAL_BATCH_MAX = 256  # evaluation slots per forward: larger gains nothing on a CPU
+CHECKPOINT_MIN_ROWS = 512  # below micro_batch * seq rows per matmul, CPU matmuls lose efficiency
+BUSY_PERCENT = 25.0  # other processes using more CPU than this make timings unreliable
+BF16_MIN_SPEEDUP = 1.1  # bf16 must be at least 10% faster to be worth its rounding
+COMPILE_SHORT_RUN_S = 30 * 60  # runs shorter than this never compile: compile time would not pay back
+COMPILE_PAYBACK = 2.0  # compile only if the expected saving is twice its (measured) cost
+SPEED_FILE = "speed.json"
+CALIBRATION_FILE = "memory_calibration.json"
+COMPILE_FILE = "compile.json"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": MiB, "mb": 10**6, "mib": MiB,
+          "g": GiB, "gb": 10**9, "gib": GiB, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
+
+
+# ----------------------------------------------------------------------------- plan objects
 
 @dataclass
 class Choice:
     value: Any
     reason: str
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak resident memory of one training step (and of evaluation), in bytes."""
+
+    batch_size: int
+    micro_batch: int
+    grad_checkpointing: bool
+    dtype: str
+    parts: dict[str, int]  # name -> bytes; fixed parts, then "carry" and "activations"
+    carry_per_slot: int  # bytes per slot of the global batch
+    micro_per_slot: int  # bytes per slot of the micro-batch
+    eval_batch: int
+    eval_peak: int  # peak while evaluating eval_batch slots (the training state stays alive)
+
+    @property
+    def fixed(self) -> int:
+        return sum(v for k, v in self.parts.items() if k not in ("carry", "activations"))
+
+    @property
+    def train_peak(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def total(self) -> int:
+        return max(self.train_peak, self.eval_peak)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fixed": self.fixed, "train_peak": self.train_peak, "total": self.total}
+
+    def lines(self) -> list[str]:
+        rows = [f"  {name:<22}{format_bytes(v):>11}" for name, v in self.parts.items()]
+        rows[-2] += f"  ({self.batch_size} slots x {format_bytes(self.carry_per_slot)})"
+        rows[-1] += f"  ({self.micro_batch} slots x {format_bytes(self.micro_per_slot)})"
+        return rows + [
+            f"  {'training peak':<22}{format_bytes(self.train_peak):>11}",
+            f"  {'evaluation peak':<22}{format_bytes(self.eval_peak):>11}  ({self.eval_batch} slots at a time)",
+        ]
 
 
 @dataclass
@@ -29,17 +144,28 @@ class Plan:
     threads: Choice
     micro_batch: Choice
     accumulation: Choice
-    extra: dict[str, Choice] = field(default_factory=dict)
+    interop_threads: Choice = field(default_factory=lambda: Choice(1, "default"))
+    workers: Choice = field(default_factory=lambda: Choice(0, "default"))
+    budget: Choice = field(default_factory=lambda: Choice(0, "not planned"))
+    grad_checkpointing: Choice = field(default_factory=lambda: Choice(False, "default"))
+    eval_batch: Choice = field(default_factory=lambda: Choice(EVAL_BATCH_MAX, "default"))
+    compile: Choice = field(default_factory=lambda: Choice(False, "default"))
+    estimate: MemoryEstimate | None = None
+    step_seconds: float | None = None  # estimated wall time of one optimizer step
 
     def choices(self) -> dict[str, Choice]:
-        base = {k: getattr(self, k) for k in ("device", "dtype", "threads", "micro_batch", "accumulation")}
-        return {**base, **self.extra}
+        names = ("device", "threads", "interop_threads", "workers", "dtype", "budget", "micro_batch",
+                 "accumulation", "grad_checkpointing", "eval_batch", "compile")
+        return {k: getattr(self, k) for k in names}
 
     def lines(self) -> list[str]:
-        return [f"{name}={c.value} ({c.reason})" for name, c in self.choices().items()]
+        return [f"{name}={_show(name, c.value)} ({c.reason})" for name, c in self.choices().items()]
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: asdict(c) for name, c in self.choices().items()}
+        out: dict[str, Any] = {name: asdict(c) for name, c in self.choices().items()}
+        out["memory"] = self.estimate.to_dict() if self.estimate else None
+        out["step_seconds"] = self.step_seconds
+        return out
 
     def torch_device(self) -> torch.device:
         return torch.device(self.device.value)
@@ -51,52 +177,812 @@ class Plan:
         return contextlib.nullcontext
 
 
-def choose_device(requested: str) -> Choice:
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("run.device=cuda but no CUDA device is visible: set run.device=auto or cpu")
+def _show(name: str, value: Any) -> str:
+    if name == "budget":
+        return format_bytes(value).replace(" ", "")
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- budget
+
+def parse_bytes(text: str | int) -> int:
+    """'6GB' -> 6e9, '6GiB' -> 6 * 2**30, '512MB' -> 512e6, '6g' -> 6 * 2**30 (docker's
+    convention: a bare K/M/G/T is binary), '1073741824' -> bytes."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"memory size {text!r}: write a number and a unit, e.g. 6GB, 6GiB or 512MB")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ConfigError(f"memory size {text!r} must be positive")
+    return value
+
+
+def choose_budget(hw: HardwareInfo, text: str, budget_bytes: int | None, on_gpu: bool) -> Choice:
+    """Bytes the planned step may use at its peak (the whole process's RSS on a CPU)."""
+    if budget_bytes is not None or text:
+        value = int(budget_bytes) if budget_bytes is not None else parse_bytes(text)
+        where = "given as --memory-budget" if budget_bytes is not None else f"set as run.memory_budget={text}"
+        free = effective_available(hw) + hw.memory.rss
+        warn = f"; more than the {format_bytes(free)} free now" if value > free and not on_gpu else ""
+        return Choice(value, f"{where} ({format_bytes(value)}){warn}")
+    if on_gpu and hw.torch.cuda_memory:
+        value = int(BUDGET_FRACTION * hw.torch.cuda_memory)
+        return Choice(value, f"{BUDGET_FRACTION:.0%} of {format_bytes(hw.torch.cuda_memory)} GPU memory")
+    mem = hw.memory
+    available = effective_available(hw)
+    others = max(0, mem.limit - available - mem.rss)  # in use under the same limit, not by us
+    value = min(int(BUDGET_FRACTION * mem.limit) - others, available + mem.rss)
+    if value <= 0:
+        raise ConfigError(f"no memory to plan with: {format_bytes(available)} available under a "
+                          f"{format_bytes(mem.limit)} limit; close other programs or set run.memory_budget")
+    return Choice(value, f"{BUDGET_FRACTION:.0%} of the {format_bytes(mem.limit)} limit ({mem.limit_source}) "
+                         f"minus {format_bytes(others)} used by other processes")
+
+
+def with_memory_limit(hw: HardwareInfo, limit: int) -> HardwareInfo:
+    """`hw` as if this process ran alone under a memory limit of `limit` bytes (to simulate a laptop)."""
+    mem = dataclasses.replace(hw.memory, total=limit, limit=limit, limit_source="simulated limit",
+                              available=max(0, limit - hw.memory.rss), cgroup=None, rlimit_as=None)
+    return dataclasses.replace(hw, memory=mem)
+
+
+# ----------------------------------------------------------------------------- memory model
+
+@dataclass(frozen=True)
+class Calibration:
+    """Machine- and build-specific constants of the memory model."""
+
+    runtime_overhead: int = DEFAULT_RUNTIME_OVERHEAD  # bytes beyond the baseline RSS, fixed
+    backward_calls: float = DEFAULT_BACKWARD_CALLS  # backward working set, in network calls' activations
+    source: str = "defaults measured with torch 2.13 on x86-64 Linux"
+
+
+def seq_total(m: ModelConfig) -> int:
+    """S: positions the network sees, the puzzle-embedding prefix plus the sequence."""
+    return m.puzzle_emb_len + m.seq_len
+
+
+def count_parameters(m: ModelConfig) -> int:
+    """Trainable parameters of TRM(m) (the puzzle-embedding buffer excluded)."""
+    S, D = seq_total(m), m.hidden_size
+    W = swiglu_width(D, m.expansion)
+    mlp = 3 * D * W  # gate_up (D x 2W) + down (W x D)
+    if m.mixer == "mlp_t":
+        mix = 3 * S * swiglu_width(S, m.expansion)
+    else:
+        mix = 4 * D * D  # qkv + out
+    return m.vocab_size * D + m.L_layers * (mix + mlp) + D * m.vocab_size + 2 * D + 2
+
+
+def block_saved_bytes(m: ModelConfig, elem: int) -> int:
+    """Bytes autograd saves per slot for one block (elem: bytes of a matmul operand, 4 or 2).
+
+    The residual sums that RMSNorm keeps stay float32 under autocast.
+    """
+    S, D = seq_total(m), m.hidden_size
+    W = swiglu_width(D, m.expansion)
+    mlp = 4 * S * W * elem + S * D * elem + S * D * 4  # gate/up (2W), silu, product; input copy; sum
+    if m.mixer == "mlp_t":
+        Ws = swiglu_width(S, m.expansion)
+        mix = 4 * D * Ws * elem + S * D * elem + S * D * 4  # the same SwiGLU along the sequence axis
+    else:
+        # qkv input and output (1 + 3), rotated q and k (2), attention output (1);
+        # log-sum-exp per head and position; the residual sum
+        mix = 7 * S * D * elem + m.num_heads * S * 4 + S * D * 4
+    return mix + mlp
+
+
+def net_call_bytes(m: ModelConfig, elem: int) -> int:
+    """Bytes saved per slot by one call of the shared network (L_layers blocks)."""
+    return m.L_layers * block_saved_bytes(m, elem)
+
+
+def micro_slot_bytes(m: ModelConfig, elem: int, grad_checkpointing: bool, backward_calls: float) -> int:
+    """Bytes per slot of the micro-batch at the step's peak (in backward)."""
+    S, D, calls = seq_total(m), m.hidden_size, m.L_cycles + 1
+    call = net_call_bytes(m, elem)
+    if grad_checkpointing:  # each call keeps its two float32 inputs; one call is recomputed
+        saved = calls * 2 * S * D * 4 + call
+    else:
+        saved = calls * call
+    working = backward_calls * call  # gradients of one call's activations, being built
+    loss = m.seq_len * m.vocab_size * (elem + 6 * 8)  # logits, then float64 stable-max tensors
+    states = 4 * S * D * 4  # x, z_H + x, the step's outputs z_H and z_L
+    return int(saved + working) + loss + states
+
+
+def carry_slot_bytes(m: ModelConfig) -> int:
+    """Bytes per slot of the global batch that live through the whole step."""
+    S, D = seq_total(m), m.hidden_size
+    carry = 4 * S * D * 4  # z_H, z_L of the carry and of the step's output buffers (float32)
+    puzzle_rows = 2 * m.puzzle_emb_len * D * 4  # rows in use and their gradients, until the update
+    data = m.seq_len * (1 + 8) + 8 + 4 + 1 + 2 * 4  # inputs uint8, labels int64, id, steps, halted, draws
+    return carry + puzzle_rows + data
+
+
+def fixed_parts(m: ModelConfig, dtype: str, baseline: int, calib: Calibration,
+                ema: bool = True) -> dict[str, int]:
+    """Bytes that do not depend on the batch."""
+    n = count_parameters(m)
+    parts = {
+        "baseline": baseline,
+        "runtime overhead": calib.runtime_overhead,
+        "weights": 4 * n,
+        "gradients": 4 * n,
+        "optimizer (Adam m, v)": 8 * n,
+        "EMA copy": 4 * n if ema else 0,
+        "puzzle embeddings": 4 * m.num_puzzle_ids * m.puzzle_emb_len * m.hidden_size,
+    }
+    if dtype == "bfloat16":
+        parts["bf16 weight copies"] = 2 * n
+    return parts
+
+
+def eval_slot_bytes(m: ModelConfig, elem: int) -> int:
+    """Bytes per evaluation slot: its states and the largest live intermediates of one block."""
+    S, D = seq_total(m), m.hidden_size
+    widest = max(4 * S * swiglu_width(D, m.expansion),
+                 4 * D * swiglu_width(S, m.expansion) if m.mixer == "mlp_t" else 7 * S * D)
+    return 6 * S * D * 4 + widest * elem + m.seq_len * m.vocab_size * 6 * 8
+
+
+def estimate_memory(m: ModelConfig, batch_size: int, micro_batch: int, *, dtype: str = "float32",
+                    grad_checkpointing: bool = False, baseline: int = DEFAULT_BASELINE,
+                    calibration: Calibration | None = None, ema: bool = True,
+                    eval_batch: int | None = None) -> MemoryEstimate:
+    """Peak bytes of one training step of TRM(m) with `batch_size` slots, `micro_batch` at a time."""
+    calib = calibration or Calibration()
+    elem = 2 if dtype == "bfloat16" else 4
+    carry, micro = carry_slot_bytes(m), micro_slot_bytes(m, elem, grad_checkpointing, calib.backward_calls)
+    parts = fixed_parts(m, dtype, baseline, calib, ema)
+    fixed = sum(parts.values())
+    parts["carry"] = batch_size * carry
+    parts["activations"] = micro_batch * micro
+    eval_batch = min(batch_size, EVAL_BATCH_MAX) if eval_batch is None else eval_batch
+    eval_peak = fixed + batch_size * carry + eval_batch * eval_slot_bytes(m, elem)
+    return MemoryEstimate(batch_size, micro_batch, grad_checkpointing, dtype, parts, carry, micro,
+                          eval_batch, eval_peak)
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ----------------------------------------------------------------------------- measurements
+
+def _peak_rss() -> int:
+    """Peak resident set size of this process in bytes."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        import psutil
+        return int(getattr(psutil.Process().memory_info(), "peak_wset", 0))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def _rss_now() -> int:
+    import psutil
+    return psutil.Process().memory_info().rss
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _read_cache(cache_dir: str | Path | None, name: str) -> dict[str, Any]:
+    if cache_dir is None:
+        return {}
+    try:
+        data = json.loads((Path(cache_dir) / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(cache_dir: str | Path | None, name: str, key: str, value: Any) -> None:
+    """Add one entry to a JSON cache file (atomically: temp file, then rename)."""
+    if cache_dir is None:
+        return
+    path = Path(cache_dir) / name
+    data = _read_cache(cache_dir, name)
+    data[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def shape_key(m: ModelConfig) -> str:
+    """What the speed of one network call depends on."""
+    return (f"{m.mixer} D{m.hidden_size} S{seq_total(m)} layers{m.L_layers} "
+            f"heads{m.num_heads if m.mixer == 'attention' else 0} exp{m.expansion:g}")
+
+
+def _bench_net(m: ModelConfig, micro_batch: int, device: str) -> tuple[Network, tuple, Any]:
+    S, D = seq_total(m), m.hidden_size
+    net = Network(D, S, m.L_layers, m.mixer, m.num_heads, m.expansion, m.rms_norm_eps).to(device)
+    rope = None
+    if m.mixer == "attention":
+        rope = tuple(t.to(device) for t in rotary_tables(S, D // m.num_heads, m.rope_theta))
+    gen = torch.Generator().manual_seed(0)
+    h, inj = (torch.randn(micro_batch, S, D, generator=gen).to(device) for _ in range(2))
+    return net, (h, inj), rope
+
+
+def _best_time(fn: Callable[[], Any], repeats: int, device: str) -> float:
+    fn()  # warm-up: kernel selection, first-touch of memory
+    best = math.inf
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_speed(m: ModelConfig, micro_batch: int, dtype: str, threads: int,
+                  device: str = "cpu", repeats: int = 2) -> dict[str, float]:
+    """Seconds for one call of the model's network on `micro_batch` slots at `dtype`:
+    'forward' without gradients, 'train' forward + backward (best of `repeats`)."""
+    net, (h, inj), rope = _bench_net(m, micro_batch, device)
+    autocast = (functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16)
+                if dtype == "bfloat16" else contextlib.nullcontext)
+
+    def forward():
+        with torch.no_grad(), autocast():
+            net(h, inj, rope)
+
+    def train():
+        with autocast():
+            out = net(h, inj, rope)
+        out.float().sum().backward()
+
+    with _torch_threads(threads):
+        return {"forward": _best_time(forward, repeats, device), "train": _best_time(train, repeats, device)}
+
+
+def measure_compile(m: ModelConfig, micro_batch: int, dtype: str, threads: int,
+                    device: str = "cpu") -> dict[str, Any]:
+    """Compile the network with torch.compile and time it against eager (forward + backward).
+
+    Returns compile_seconds, eager and compiled seconds per call, or an 'error'.
+    """
+    autocast = (functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16)
+                if dtype == "bfloat16" else contextlib.nullcontext)
+    net, (h, inj), rope = _bench_net(m, micro_batch, device)
+
+    def run(module):
+        with autocast():
+            out = module(h, inj, rope)
+        out.float().sum().backward()
+
+    with _torch_threads(threads):
+        eager = _best_time(lambda: run(net), 3, device)
+        try:
+            compiled = torch.compile(net)
+            t0 = time.perf_counter()
+            run(compiled)
+            compile_seconds = time.perf_counter() - t0
+            fast = _best_time(lambda: run(compiled), 3, device)
+        except Exception as err:  # noqa: BLE001 - any failure means "does not work here"
+            return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"}
+    return {"compile_seconds": compile_seconds, "eager": eager, "compiled": fast}
+
+
+# ----------------------------------------------------------------------------- calibration
+
+_CHILD = "import sys, trmkit.plan as p; p.calibration_child(sys.stdin.read())"
+
+
+def _replica_step(model: Any, batch: int, micro_batch: int, autocast: Any, steps: int = 2) -> None:
+    """The memory of train_step built from model parts only (plan must not import train): the carry
+    twice, micro-batched forward/backward with the stable-max loss, puzzle rows held until the
+    update, an Adam optimizer (torch's: it also loads what torch.optim loads) and an EMA copy.
+    Two steps, so that Adam's m and v exist during the second backward, as in training."""
+    from trmkit.model.losses import act_loss
+
+    m = model.cfg
+    params = [p for p in model.parameters() if p.requires_grad]
+    adam = torch.optim.AdamW(params, lr=1e-4, foreach=False)
+    ema = [p.detach().clone() for p in params]
+    gen = torch.Generator().manual_seed(0)
+    inputs = torch.randint(1, m.vocab_size, (batch, m.seq_len), generator=gen).to(torch.uint8)
+    labels, ids = inputs.long(), torch.zeros(batch, dtype=torch.int64)
+    carry = model.initial_carry(batch)
+    for _ in range(steps):
+        carry = model.reset(carry)
+        z_H, z_L = torch.empty_like(carry.z_H), torch.empty_like(carry.z_L)
+        for start in range(0, batch, micro_batch):
+            sl = slice(start, start + micro_batch)
+            with autocast():
+                zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], inputs[sl], ids[sl])
+            loss, _ = act_loss(logits, labels[sl], q, m.halt_loss_weight)
+            (loss / batch).backward()
+            z_H[sl], z_L[sl] = zh.float(), zl.float()
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, shadow in zip(params, ema):
+                shadow.lerp_(p, 1e-3)
+        if model.puzzle_emb is not None:
+            model.puzzle_emb.take_pending()
+        carry = dataclasses.replace(carry, z_H=z_H, z_L=z_L)
+
+
+def calibration_child(spec_text: str) -> None:
+    """Entry point of the measuring subprocess: one replica step, then print peak RSS as JSON."""
+    from trmkit.model.trm import TRM
+
+    spec = json.loads(spec_text)
+    torch.set_num_threads(int(spec["threads"]))
+    baseline = _rss_now()
+    torch.manual_seed(0)
+    model = TRM(ModelConfig(**spec["model"]))
+    model.grad_checkpointing = bool(spec["grad_checkpointing"])
+    autocast = (functools.partial(torch.autocast, device_type="cpu", dtype=torch.bfloat16)
+                if spec["dtype"] == "bfloat16" else contextlib.nullcontext)
+    t0 = time.perf_counter()
+    _replica_step(model, int(spec["batch"]), int(spec["micro_batch"]), autocast)
+    print(json.dumps({"baseline": baseline, "peak": _peak_rss(), "seconds": time.perf_counter() - t0}))
+
+
+def measure_step_peak(m: ModelConfig, batch: int, micro_batch: int, dtype: str = "float32",
+                      grad_checkpointing: bool = False, threads: int = 1,
+                      timeout: float = 600) -> dict[str, float]:
+    """Peak RSS of one replica step in a fresh Python process: {'baseline', 'peak', 'seconds'}."""
+    spec = json.dumps({"model": asdict(m), "batch": batch, "micro_batch": micro_batch, "dtype": dtype,
+                       "grad_checkpointing": grad_checkpointing, "threads": threads})
+    done = subprocess.run([sys.executable, "-c", _CHILD], input=spec, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"memory measurement failed (exit {done.returncode}): {done.stderr[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def calibration_key(m: ModelConfig, dtype: str) -> str:
+    """Config hash + dtype + torch version: what the fitted constants depend on."""
+    digest = hashlib.sha1(json.dumps(asdict(m), sort_keys=True).encode()).hexdigest()[:12]
+    return f"{digest}|{dtype}|torch {torch.__version__}"
+
+
+def fit_calibration(m: ModelConfig, dtype: str, small: tuple[int, dict], large: tuple[int, dict],
+                    source: str) -> Calibration:
+    """Solve for the runtime overhead and the backward working set from two measured steps
+    (batch = micro-batch = a and b): peak = baseline + fixed + slots * per_slot."""
+    (a, low), (b, high) = small, large
+    elem = 2 if dtype == "bfloat16" else 4
+    per_slot = (high["peak"] - low["peak"]) / (b - a)
+    plain = carry_slot_bytes(m) + micro_slot_bytes(m, elem, False, 0.0)
+    backward = min(3.0, max(0.0, (per_slot - plain) / net_call_bytes(m, elem)))
+    fixed = sum(fixed_parts(m, dtype, 0, Calibration(0, backward)).values())
+    per_slot_model = carry_slot_bytes(m) + micro_slot_bytes(m, elem, False, backward)
+    overhead = low["peak"] - low["baseline"] - fixed - a * per_slot_model
+    return Calibration(int(max(0, overhead)), round(backward, 3), source)
+
+
+def calibrate_memory(m: ModelConfig, dtype: str, threads: int, cache_dir: str | Path | None,
+                     log: Log = print, sizes: tuple[int, int] = (2, 8)) -> Calibration:
+    """Measure two real steps (in subprocesses) and fit the memory model's constants; cached."""
+    key = calibration_key(m, dtype)
+    cached = _read_cache(cache_dir, CALIBRATION_FILE).get(key)
+    if cached and set(cached) == {f.name for f in dataclasses.fields(Calibration)}:
+        return Calibration(**cached)
+    fast = dataclasses.replace(m, H_cycles=1)  # the cycles without gradients add time, not memory
+    log(f"calibrating the memory model: one step at micro-batch {sizes[0]} and {sizes[1]} "
+        "in fresh processes (once per config and torch version)")
+    runs = [(n, measure_step_peak(fast, n, n, dtype, False, threads)) for n in sizes]
+    calib = fit_calibration(m, dtype, runs[0], runs[1],
+                            f"measured here: steps at micro-batch {sizes[0]} and {sizes[1]}")
+    _write_cache(cache_dir, CALIBRATION_FILE, key, asdict(calib))
+    return calib
+
+
+# ----------------------------------------------------------------------------- choices
+
+def choose_device(requested: str, hw: HardwareInfo) -> Choice:
+    if requested == "cuda" and not hw.torch.cuda_available:
+        raise ConfigError("run.device=cuda but no CUDA device is visible: set run.device=auto or cpu")
     if requested in ("cpu", "cuda"):
         return Choice(requested, "set in the config (run.device)")
-    if torch.cuda.is_available():
-        return Choice("cuda", f"CUDA device found: {torch.cuda.get_device_name(0)}")
+    if hw.torch.cuda_available:
+        return Choice("cuda", f"CUDA device found: {hw.torch.cuda_device}")
     return Choice("cpu", "no CUDA device found")
 
 
-def choose_dtype(requested: str, device: str) -> Choice:
+def choose_threads(requested: int, hw: HardwareInfo) -> tuple[Choice, Choice]:
+    """Intra-op threads (one per usable core) and inter-op threads (1)."""
+    cores = hw.cpu.effective_cores
+    if requested > 0:
+        extra = f"; more than the {cores} usable cores, so threads will wait on each other" \
+            if requested > cores else ""
+        intra = Choice(requested, "set in the config (run.threads)" + extra)
+    else:
+        intra = Choice(cores, f"one per usable core ({cores}, from {hw.cpu.effective_source})")
+    inter = Choice(1, "a step is one chain of dependent ops: a second pool would only compete for the cores")
+    return intra, inter
+
+
+def choose_workers() -> Choice:
+    return Choice(0, "the data store is memory-mapped and a step reads only its rows: "
+                     "loader processes would add memory and copies, not speed")
+
+
+def _has_native_bf16(hw: HardwareInfo) -> bool:
+    f = hw.cpu.features
+    return bool(f.avx512_bf16 or f.amx_bf16 or f.arm_bf16)
+
+
+def step_seconds(m: ModelConfig, speed: dict[str, float], bench_batch: int, batch_size: int,
+                 grad_checkpointing: bool) -> float:
+    """Wall time of one optimizer step from the measured time of one network call."""
+    calls = m.L_cycles + 1
+    per_slot = ((m.H_cycles - 1) * calls * speed["forward"] + calls * speed["train"]
+                + (calls * speed["forward"] if grad_checkpointing else 0.0)) / bench_batch
+    return per_slot * batch_size
+
+
+def speed_table(cfg: Config, hw: HardwareInfo, threads: int, device: str, dtypes: tuple[str, ...],
+                cache_dir: str | Path | None, log: Log) -> tuple[dict[str, dict[str, float]], int]:
+    """Measured seconds per network call at each dtype (cached per machine, torch and model shape).
+
+    Returns (table, micro-batch of the measurement)."""
+    bench = min(8, cfg.train.batch_size)
+    key = f"{hw.cpu.model}|torch {hw.torch.version}|{device}|{threads} threads|{shape_key(cfg.model)}|m{bench}"
+    cache = _read_cache(cache_dir, SPEED_FILE)
+    table = {dt: cache[f"{key}|{dt}"] for dt in dtypes if f"{key}|{dt}" in cache}
+    missing = [dt for dt in dtypes if dt not in table]
+    if missing:
+        log(f"measuring {' vs '.join(missing)} speed on this {device.upper()} for D={cfg.model.hidden_size} "
+            "(a few seconds, once per machine and model shape)")
+    busy = others_cpu_percent() if missing and device == "cpu" else 0.0
+    for _ in range(2):  # alternate the dtypes, keep the best: a load burst hits both alike
+        for dt in missing:
+            t = measure_speed(cfg.model, bench, dt, threads, device, repeats=1)
+            table[dt] = {k: min(v, table.get(dt, t)[k]) for k, v in t.items()}
+    for dt in missing:
+        table[dt] = {**table[dt], "busy_percent": busy}
+        if busy < BUSY_PERCENT:  # timings taken beside other work are not kept
+            _write_cache(cache_dir, SPEED_FILE, f"{key}|{dt}", table[dt])
+    return table, bench
+
+
+def others_cpu_percent(seconds: float = 0.3) -> float:
+    """System-wide CPU use while this process sleeps: what other processes take."""
+    import psutil
+    return float(psutil.cpu_percent(interval=seconds))
+
+
+def choose_dtype(cfg: Config, hw: HardwareInfo, device: str, speeds: dict | None, bench: int) -> Choice:
+    requested = cfg.run.dtype
     if requested in ("float32", "bfloat16"):
         return Choice(requested, "set in the config (run.dtype)")
-    if device == "cuda" and torch.cuda.is_bf16_supported():
-        return Choice("bfloat16", "CUDA device supports bf16 autocast")
-    return Choice("float32", "CPU default; bf16 is used only where set or measured faster")
+    if device == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Choice("bfloat16", "the CUDA device supports bf16 autocast")
+        return Choice("float32", "the CUDA device has no bf16 support")
+    if speeds is None or "bfloat16" not in speeds:
+        return Choice("float32", "this CPU has no native bf16 instructions (AVX512-BF16, AMX or ARM BF16): "
+                                 "bf16 would be emulated")
+    m, B = cfg.model, cfg.train.batch_size
+    t32 = step_seconds(m, speeds["float32"], bench, B, False)
+    t16 = step_seconds(m, speeds["bfloat16"], bench, B, False)
+    measured = f"measured step time per slot {t32 / B * 1e3:.0f} ms float32, {t16 / B * 1e3:.0f} ms bf16"
+    busy = speeds["float32"].get("busy_percent", 0.0)
+    if busy >= BUSY_PERCENT:
+        measured += (f" (while other processes used {busy:.0f}% of the CPU: not cached, "
+                     "run `trmkit plan` again on an idle machine)")
+    if t32 >= BF16_MIN_SPEEDUP * t16:
+        return Choice("bfloat16", f"{measured}: bf16 autocast is {t32 / t16:.2f}x faster here")
+    return Choice("float32", f"{measured}: bf16 is not at least {BF16_MIN_SPEEDUP:.1f}x faster here")
 
 
-def choose_threads(requested: int, logical_cores: int) -> Choice:
-    if requested > 0:
-        return Choice(requested, "set in the config (run.threads)")
-    return Choice(max(1, logical_cores), f"one per usable core ({logical_cores})")
+@dataclass(frozen=True)
+class MemoryContext:
+    """What every estimate of one plan shares."""
+
+    dtype: str
+    baseline: int
+    calibration: Calibration
+    ema: bool
+    budget: int
+
+    def estimate(self, m: ModelConfig, batch: int, micro: int, ckpt: bool,
+                 eval_batch: int | None = None) -> MemoryEstimate:
+        return estimate_memory(m, batch, micro, dtype=self.dtype, grad_checkpointing=ckpt,
+                               baseline=self.baseline, calibration=self.calibration, ema=self.ema,
+                               eval_batch=eval_batch)
+
+    def fits(self, m: ModelConfig, batch: int, micro: int, ckpt: bool) -> bool:
+        return self.estimate(m, batch, micro, ckpt, eval_batch=1).train_peak <= self.budget
 
 
-def choose_micro_batch(batch_size: int, requested: int) -> tuple[Choice, Choice]:
-    if requested > 0:
-        mb = Choice(requested, "set in the config (train.micro_batch)")
+def largest_micro_batch(m: ModelConfig, batch: int, ckpt: bool, mc: MemoryContext) -> int:
+    """The largest divisor of `batch` whose step fits the budget (0: not even 1)."""
+    best = 0
+    for d in divisors(batch):
+        if not mc.fits(m, batch, d, ckpt):
+            break
+        best = d
+    return best
+
+
+def _auto_checkpointing(no: int, yes: int, m: ModelConfig, device: str) -> Choice:
+    """On only where memory is the limit and the larger micro-batch pays for the recompute."""
+    S = seq_total(m)
+    cost = f"recomputing the gradient cycle costs ~{1 / (m.H_cycles + 2):.0%} more compute"
+    if no == 0:
+        return Choice(True, f"micro-batch 1 does not fit the budget without it; with it {yes} fits")
+    min_rows = CHECKPOINT_MIN_ROWS if device == "cpu" else 16 * CHECKPOINT_MIN_ROWS
+    if yes > no and no * S < min_rows:
+        return Choice(True, f"without it only micro-batch {no} fits ({no * S} rows per matmul, below the "
+                            f"{min_rows} where matmuls run efficiently); with it {yes} fits; {cost}")
+    if yes > no:
+        return Choice(False, f"micro-batch {no} fits without it ({no * S} rows per matmul, efficient "
+                             f"already); {yes} would fit with it, but {cost}")
+    return Choice(False, f"memory is not the limit: micro-batch {no} fits without it")
+
+
+def _no_fit_error(cfg: Config, mc: MemoryContext) -> ConfigError:
+    """Name what does not fit, by how much, and alternatives with their estimated sizes."""
+    m, B = cfg.model, cfg.train.batch_size
+    need = mc.estimate(m, B, 1, True, eval_batch=1)
+    batches = [(f"train.batch_size={b}", m, b) for b in (512, 384, 256, 128, 64, 32, 16, 8) if b < B]
+    widths = [(f"model.hidden_size={d}", dataclasses.replace(m, hidden_size=d), B)
+              for d in (768, 512, 384, 256, 192, 128, 64)
+              if d < m.hidden_size and (m.mixer != "attention" or d % (2 * m.num_heads) == 0)]
+    hints = []
+    for kind in (batches, widths):  # of each kind, the smallest change that fits
+        for text, model, batch in kind:
+            est = mc.estimate(model, batch, 1, True, eval_batch=1)
+            if est.train_peak <= mc.budget:
+                hints.append(f"set {text} (est. {format_bytes(est.train_peak)} at micro-batch 1)")
+                break
+    longest = _longest_sequence(cfg, mc)
+    if longest < seq_total(m):
+        hints.append(f"use a shorter sequence: at most {longest} positions (model.puzzle_emb_len + "
+                     f"the data's seq_len) fit, now {seq_total(m)}")
+    paper = dataclasses.replace(ModelConfig(), seq_len=m.seq_len, vocab_size=m.vocab_size,
+                                num_puzzle_ids=m.num_puzzle_ids)
+    if (paper, 768) != (m, B) and mc.fits(paper, 768, 1, True):
+        hints.append(f"use {preset_for(mc.budget)} (the paper's model and batch fit this budget)")
+    hints.append("or raise the budget (--memory-budget / run.memory_budget)")
+    top = sorted(need.parts.items(), key=lambda kv: -kv[1])[:3]
+    return ConfigError(
+        f"model D={m.hidden_size} with train.batch_size={B} ({seq_total(m)} positions per slot) does not "
+        f"fit the memory budget of {format_bytes(mc.budget)}: even micro-batch 1 with activation "
+        f"checkpointing needs {format_bytes(need.train_peak)} (largest parts: "
+        + ", ".join(f"{k} {format_bytes(v)}" for k, v in top) + "). Try: " + "; ".join(hints))
+
+
+def _longest_sequence(cfg: Config, mc: MemoryContext) -> int:
+    """The most positions per slot (prefix + sequence) whose step fits at micro-batch 1."""
+    m, B = cfg.model, cfg.train.batch_size
+    lo, hi = 0, seq_total(m)
+    while lo < hi:  # binary search on seq_len; the prefix stays
+        mid = (lo + hi + 1) // 2
+        shorter = dataclasses.replace(m, seq_len=max(1, mid - m.puzzle_emb_len))
+        lo, hi = (mid, hi) if mid > m.puzzle_emb_len and mc.fits(shorter, B, 1, True) else (lo, mid - 1)
+    return lo
+
+
+def preset_for(budget: int) -> str:
+    """The laptop preset made for a budget like this one."""
+    if budget < 10 * GiB:
+        return "configs/laptop-8gb.yaml"
+    return "configs/laptop-16gb.yaml" if budget < 20 * GiB else "configs/laptop-32gb.yaml"
+
+
+def _set_micro_batch(cfg: Config, mc: MemoryContext) -> tuple[Choice, Choice]:
+    """micro_batch and grad_checkpointing when train.micro_batch is set in the config."""
+    m, B, mb, mode = cfg.model, cfg.train.batch_size, cfg.train.micro_batch, cfg.run.grad_checkpointing
+    ok = {ck: mc.fits(m, B, mb, ck) for ck in (False, True)}
+    if mode in ("on", "off"):
+        ckpt = Choice(mode == "on", "set in the config (run.grad_checkpointing)")
+    elif ok[False]:
+        ckpt = Choice(False, f"micro-batch {mb} fits the budget without it")
     else:
-        mb = Choice(batch_size, "whole batch at once (no memory limit planned)")
-    acc = Choice(batch_size // mb.value, f"batch {batch_size} / micro-batch {mb.value}")
-    return mb, acc
+        ckpt = Choice(True, f"micro-batch {mb} fits the budget only with it")
+    if not ok[ckpt.value]:
+        best = largest_micro_batch(m, B, ckpt.value, mc)
+        if not best:
+            raise _no_fit_error(cfg, mc)
+        need = mc.estimate(m, B, mb, ckpt.value).train_peak
+        raise ConfigError(f"train.micro_batch={mb} needs an estimated {format_bytes(need)}, more than the "
+                          f"budget of {format_bytes(mc.budget)}: set train.micro_batch={best} "
+                          "or 0 (the planner decides)")
+    est = mc.estimate(m, B, mb, ckpt.value)
+    return Choice(mb, f"set in the config (train.micro_batch); est. {format_bytes(est.train_peak)}"), ckpt
 
 
-def make_plan(cfg: Config, usable_cores: int) -> Plan:
-    """Resolve every 'auto' setting of cfg for this machine."""
-    device = choose_device(cfg.run.device)
-    mb, acc = choose_micro_batch(cfg.train.batch_size, cfg.train.micro_batch)
-    return Plan(
-        device=device,
-        dtype=choose_dtype(cfg.run.dtype, device.value),
-        threads=choose_threads(cfg.run.threads, usable_cores),
-        micro_batch=mb,
-        accumulation=acc,
-    )
+def choose_micro_batch(cfg: Config, mc: MemoryContext, device: str) -> tuple[Choice, Choice]:
+    """(micro_batch, grad_checkpointing): the largest divisor of the batch that fits the budget."""
+    if cfg.train.micro_batch:
+        return _set_micro_batch(cfg, mc)
+    m, B, mode = cfg.model, cfg.train.batch_size, cfg.run.grad_checkpointing
+    no, yes = largest_micro_batch(m, B, False, mc), largest_micro_batch(m, B, True, mc)
+    if not (no or yes):
+        raise _no_fit_error(cfg, mc)
+    if mode in ("on", "off"):
+        ckpt = Choice(mode == "on", "set in the config (run.grad_checkpointing)")
+        if (yes if ckpt.value else no) == 0:
+            raise ConfigError(f"run.grad_checkpointing={mode}: micro-batch 1 does not fit the budget of "
+                              f"{format_bytes(mc.budget)}; set run.grad_checkpointing=on or auto")
+    else:
+        ckpt = _auto_checkpointing(no, yes, m, device)
+    mb = yes if ckpt.value else no
+    est = mc.estimate(m, B, mb, ckpt.value)
+    whole = "the whole batch at once" if mb == B else f"largest divisor of {B} that fits"
+    return Choice(mb, f"{whole}: budget {format_bytes(mc.budget)}, {format_bytes(est.micro_per_slot)} per "
+                      f"slot, {format_bytes(est.fixed + est.parts['carry'])} fixed and carry"), ckpt
+
+
+def choose_eval_batch(cfg: Config, mc: MemoryContext, micro: int, ckpt: bool) -> Choice:
+    """Evaluation slots per forward: up to EVAL_BATCH_MAX, as many as the budget allows."""
+    m, B = cfg.model, cfg.train.batch_size
+    top = min(B, EVAL_BATCH_MAX)
+    for e in range(top, 0, -1):
+        if e == 1 or mc.estimate(m, B, micro, ckpt, eval_batch=e).eval_peak <= mc.budget:
+            break
+    if e < top:
+        why = f"the most that fit the budget of {format_bytes(mc.budget)} beside the training state"
+    else:
+        why = f"min(batch {B}, {EVAL_BATCH_MAX}): evaluation keeps no activations, larger gains nothing"
+    return Choice(e, why)
+
+
+def choose_compile(cfg: Config, hw: HardwareInfo, device: str, dtype: str, micro: int, threads: int,
+                   step_s: float | None, cache_dir: str | Path | None, log: Log) -> Choice:
+    """torch.compile only where it works here and its measured saving pays for its compile time."""
+    if cfg.run.compile in ("on", "off"):
+        return Choice(cfg.run.compile == "on", "set in the config (run.compile)")
+    if step_s is None:
+        return Choice(False, "no step-time measurement to weigh the compile time against; set run.compile=on to try")
+    run_s = step_s * cfg.train.max_steps
+    if run_s < COMPILE_SHORT_RUN_S:
+        return Choice(False, f"short run (~{_minutes(run_s)} for {cfg.train.max_steps} steps): "
+                             f"compiling takes minutes on a CPU and could not pay back")
+    m = cfg.model
+    bench = min(micro, 8)
+    key = f"{hw.cpu.model}|torch {hw.torch.version}|{device}|{threads} threads|{dtype}|{shape_key(m)}|m{bench}"
+    result = _read_cache(cache_dir, COMPILE_FILE).get(key)
+    if result is None:
+        log(f"measuring torch.compile for this model (once per machine; the run is ~{_minutes(run_s)})")
+        busy = others_cpu_percent() if device == "cpu" else 0.0
+        result = {**measure_compile(m, bench, dtype, threads, device), "busy_percent": busy}
+        if busy < BUSY_PERCENT:
+            _write_cache(cache_dir, COMPILE_FILE, key, result)
+    if "error" in result:
+        return Choice(False, f"torch.compile does not work here: {result['error']}")
+    saving = run_s * max(0.0, 1 - result["compiled"] / result["eager"])  # every call gets faster
+    cost = COMPILE_PAYBACK * result["compile_seconds"]  # x2: evaluation shapes compile again
+    numbers = (f"measured {result['eager'] * 1e3:.0f} -> {result['compiled'] * 1e3:.0f} ms per call, "
+               f"compile {result['compile_seconds']:.0f} s; saves ~{_minutes(max(0.0, saving))} "
+               f"over {cfg.train.max_steps} steps")
+    if result.get("busy_percent", 0.0) >= BUSY_PERCENT:
+        numbers += f"; measured while other processes used {result['busy_percent']:.0f}% of the CPU"
+    return Choice(saving > cost, numbers + (" (pays back)" if saving > cost else " (does not pay back)"))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def check_sequence(cfg: Config, saved_config: dict | None) -> None:
+    """The dataset's sequence must match the model it is trained with (a checkpoint's)."""
+    m = cfg.model
+    if m.seq_len < 1 or m.vocab_size < 1:
+        raise ConfigError("model.seq_len and model.vocab_size are unknown: point data.path at a built "
+                          "store (its meta.json fills them) or set them, e.g. model.seq_len=81 "
+                          "model.vocab_size=11 model.num_puzzle_ids=1 for Sudoku")
+    saved = (saved_config or {}).get("model") or {}
+    for key in ("seq_len", "puzzle_emb_len", "vocab_size"):
+        if key in saved and saved[key] != getattr(m, key):
+            positions = saved.get("puzzle_emb_len", 0) + saved.get("seq_len", 0)
+            raise ConfigError(
+                f"model.{key}={getattr(m, key)} (from the dataset/config) but the checkpoint was trained "
+                f"with {saved[key]}: its network is sized for {positions} positions; use a dataset with "
+                f"{key}={saved[key]} or start a new run.dir")
+
+
+def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
+              cache_dir: str | Path | None = None, log: Log = print, calibrate: bool = False,
+              saved_config: dict | None = None) -> Plan:
+    """Resolve every 'auto' setting of cfg for this machine; log each choice with its reason.
+
+    budget_bytes overrides run.memory_budget; cache_dir keeps measurements (dtype speed,
+    calibration, compile) between runs; calibrate=True measures two real steps to fit the
+    memory model; saved_config is the config stored in a checkpoint being resumed."""
+    check_sequence(cfg, saved_config)
+    device = choose_device(cfg.run.device, hw)
+    threads, interop = choose_threads(cfg.run.threads, hw)
+    on_gpu = device.value == "cuda"
+    budget = choose_budget(hw, cfg.run.memory_budget, budget_bytes, on_gpu)
+    speeds, bench = (None, 1) if on_gpu else speed_table(cfg, hw, threads.value, device.value,
+                                                         _dtypes_to_time(cfg, hw), cache_dir, log)
+    dtype = choose_dtype(cfg, hw, device.value, speeds, bench)
+    calib = (calibrate_memory(cfg.model, dtype.value, threads.value, cache_dir, log) if calibrate and not on_gpu
+             else _cached_calibration(cfg.model, dtype.value, cache_dir))
+    baseline = 0 if on_gpu else max(hw.memory.rss, DEFAULT_BASELINE // 2)
+    mc = MemoryContext(dtype.value, baseline, calib, cfg.train.ema_decay > 0, budget.value)
+    micro, ckpt = choose_micro_batch(cfg, mc, device.value)
+    accumulation = Choice(cfg.train.batch_size // micro.value,
+                          f"keeps the global batch of {cfg.train.batch_size}: {cfg.train.batch_size} / {micro.value}")
+    eval_batch = choose_eval_batch(cfg, mc, micro.value, ckpt.value)
+    step_s = step_seconds(cfg.model, speeds[dtype.value], bench, cfg.train.batch_size, ckpt.value) \
+        if speeds else None
+    compiled = choose_compile(cfg, hw, device.value, dtype.value, micro.value, threads.value, step_s,
+                              cache_dir, log)
+    plan = Plan(device=device, dtype=dtype, threads=threads, micro_batch=micro, accumulation=accumulation,
+                interop_threads=interop, workers=choose_workers(), budget=budget, grad_checkpointing=ckpt,
+                eval_batch=eval_batch, compile=compiled, step_seconds=step_s,
+                estimate=mc.estimate(cfg.model, cfg.train.batch_size, micro.value, ckpt.value, eval_batch.value))
+    for line in plan.lines():
+        log(f"plan: {line}")
+    return plan
+
+
+def _dtypes_to_time(cfg: Config, hw: HardwareInfo) -> tuple[str, ...]:
+    """bf16 is timed only where it is 'auto' and the CPU has native bf16 instructions."""
+    if cfg.run.dtype != "auto":
+        return (cfg.run.dtype,)
+    return ("float32", "bfloat16") if _has_native_bf16(hw) else ("float32",)
+
+
+def _cached_calibration(m: ModelConfig, dtype: str, cache_dir: str | Path | None) -> Calibration:
+    cached = _read_cache(cache_dir, CALIBRATION_FILE).get(calibration_key(m, dtype))
+    try:
+        return Calibration(**cached) if cached else Calibration()
+    except TypeError:  # written by another trmkit version
+        return Calibration()
+
+
+# ----------------------------------------------------------------------------- report and apply
+
+def plan_report(plan: Plan, estimate: MemoryEstimate | None = None) -> str:
+    """What `trmkit plan` prints: every choice with its reason, then the memory breakdown."""
+    est = estimate or plan.estimate
+    lines = ["choices"] + [f"  {line}" for line in plan.lines()]
+    if est is not None:
+        ckpt = "on" if est.grad_checkpointing else "off"
+        lines += ["", f"memory at the peak (micro-batch {est.micro_batch} of {est.batch_size}, "
+                      f"{est.dtype}, checkpointing {ckpt})"]
+        lines += est.lines()
+        budget = plan.budget.value
+        if budget:
+            lines.append(f"  {'budget':<22}{format_bytes(budget):>11}  "
+                         f"({est.total / budget:.0%} used at the peak)")
+    if plan.step_seconds is not None:
+        lines += ["", f"time       ~{plan.step_seconds:.1f} s per optimizer step (from the measured speed "
+                      "of one network call; excludes evaluation and checkpoints)"]
+    return "\n".join(lines)
 
 
 def apply_threads(plan: Plan) -> None:
-    """Apply the thread choice to torch (once, before any work)."""
+    """Apply the thread choices to torch (once, before any work)."""
     torch.set_num_threads(int(plan.threads.value))
+    with contextlib.suppress(RuntimeError):  # inter-op pool already started: keep it
+        torch.set_num_interop_threads(int(plan.interop_threads.value))
+
+
+def apply_to_model(plan: Plan, model: torch.nn.Module) -> None:
+    """Set activation checkpointing and compile the shared network in place (state_dict keys
+    stay free of compile prefixes)."""
+    model.grad_checkpointing = bool(plan.grad_checkpointing.value)
+    if plan.compile.value:
+        model.net.compile()

@@ -86,17 +86,19 @@ class MemoryGuard:
     threshold: float = 0.8
     grow_after: int = 50
     log: Callable[[str], None] = print
+    reader: PeakReader | None = None  # what the loop reads at each step boundary
     adjustments: list[dict] = field(default_factory=list)
     _calm_steps: int = 0
 
     def _record(self, step: int, new: int, reason: str) -> None:
         old, self.micro_batch = self.micro_batch, new
-        entry = {"step": step, "from": old, "to": new,
-                 "accumulation": self.batch_size // new, "reason": reason}
-        self.adjustments.append(entry)
-        self.log(f"memory guard @ step {step}: micro_batch {old} -> {new} "
-                 f"(accumulation {self.batch_size // old} -> {self.batch_size // new}, "
-                 f"effective batch {self.batch_size} unchanged): {reason}")
+        message = (f"memory guard @ step {step}: micro_batch {old} -> {new} "
+                   f"(accumulation {self.batch_size // old} -> {self.batch_size // new}, "
+                   f"effective batch {self.batch_size} unchanged): {reason}")
+        self.adjustments.append({"step": step, "from": old, "to": new,
+                                 "accumulation": self.batch_size // new, "reason": reason,
+                                 "message": message})
+        self.log(message)
 
     def observe(self, step: int, r: Reading) -> int:
         """Decide the micro-batch of the next step from the last step's reading."""

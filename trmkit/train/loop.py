@@ -22,10 +22,12 @@ from trmkit import monitor
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split, SampleStream, eval_batches, open_split
 from trmkit.model.trm import TRM
-from trmkit.plan import Plan, apply_threads, make_plan
+from trmkit.hardware import HardwareInfo
+from trmkit.plan import Plan, apply_threads, apply_to_model, make_plan
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
 from trmkit.train.evaluate import evaluate
+from trmkit.train.guard import MemoryGuard, PeakReader
 from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
 from trmkit.train.signals import graceful_stop
 from trmkit.train.step import Optimizers, StepContext, TrainState, new_state, train_step
@@ -46,6 +48,7 @@ class Session:
     train_split: Split
     test_split: Split | None
     ctx: StepContext
+    guard: MemoryGuard | None = None
 
 
 def open_splits(cfg: Config) -> tuple[Split, Split | None]:
@@ -81,13 +84,24 @@ def build_optimizers(model: TRM, cfg: Config) -> Optimizers:
     return Optimizers(dense=build_optimizer(model.parameters(), t), sparse=sparse, ema=ema)
 
 
-def prepare(cfg: Config, usable_cores: int, log: Log = print) -> Session:
+def saved_config(run_dir: str) -> dict | None:
+    """The config stored in the run's newest checkpoint (None for a new run)."""
+    paths = checkpoint.list_checkpoints(run_dir)
+    if not paths:
+        return None
+    try:
+        return json.loads((paths[-1] / "meta.json").read_text()).get("config")
+    except (OSError, ValueError):
+        return None  # a damaged newest checkpoint is reported when it is loaded
+
+
+def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
+            budget_bytes: int | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state."""
     train_split, test_split = open_splits(cfg)
     cfg = fill_from_meta(cfg, train_split)
-    plan = make_plan(cfg, usable_cores)
-    for line in plan.lines():
-        log(f"plan: {line}")
+    plan = make_plan(cfg, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
+                     saved_config=saved_config(cfg.run.dir))
     apply_threads(plan)
     seed_everything(cfg.run.seed)
     device = plan.torch_device()
@@ -95,13 +109,23 @@ def prepare(cfg: Config, usable_cores: int, log: Log = print) -> Session:
     log(f"model: {model.num_parameters():,} trainable parameters "
         f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
         f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
+    opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
+    apply_to_model(plan, model)
     ctx = StepContext(micro_batch=int(plan.micro_batch.value),
                       ignore_label_id=train_split.meta.ignore_label_id,
                       device=device, autocast=plan.autocast())
-    return Session(cfg=cfg, plan=plan, model=model, opts=build_optimizers(model, cfg),
+    return Session(cfg=cfg, plan=plan, model=model, opts=opts,
                    state=new_state(model, cfg.train.batch_size, cfg.model.seq_len, device),
                    stream=SampleStream(train_split, cfg.run.seed), train_split=train_split,
-                   test_split=test_split, ctx=ctx)
+                   test_split=test_split, ctx=ctx, guard=make_guard(cfg, plan, hw, log))
+
+
+def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log) -> MemoryGuard | None:
+    if not cfg.run.memory_guard or plan.device.value != "cpu" or not plan.budget.value:
+        return None
+    mb = int(plan.micro_batch.value)
+    return MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
+                       max_micro_batch=mb, log=log, reader=PeakReader(hw.memory))
 
 
 def run_eval(s: Session, limit: int | None = None) -> dict[str, float]:
@@ -109,7 +133,7 @@ def run_eval(s: Session, limit: int | None = None) -> dict[str, float]:
     if s.test_split is None:
         return {}
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
-    batches = eval_batches(s.test_split, max(1, min(s.cfg.train.batch_size, 256)), limit)
+    batches = eval_batches(s.test_split, int(s.plan.eval_batch.value), limit)
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
@@ -188,8 +212,12 @@ def _timed_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
 
 def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: Log) -> dict:
     t0 = time.perf_counter()
-    metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+    on_oom = (lambda err: s.guard.on_oom(s.state.step, err)) if s.guard else None
+    metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
     dt = time.perf_counter() - t0
+    if s.guard is not None:
+        s.ctx.micro_batch = s.guard.observe(s.state.step, s.guard.reader.read())
+        metrics["perf/micro_batch"] = s.ctx.micro_batch
     clock.samples += s.cfg.train.batch_size
     metrics["perf/samples_per_second"] = s.cfg.train.batch_size / dt
     metrics["perf/seconds_per_step"] = dt
@@ -252,13 +280,16 @@ def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -
         peak_rss_gb=sampler.peak_rss_gb, final_metrics=evals, train_seconds=clock.train_seconds(),
         eval_seconds=clock.eval_seconds, wall_seconds=time.perf_counter() - clock.start,
         samples_seen=clock.samples, throughput_warnings=clock.warnings,
+        memory_budget_gb=(int(s.plan.budget.value) / 2**30) if s.plan.budget.value else None,
+        guard_adjustments=[a["message"] for a in s.guard.adjustments] if s.guard else [],
     )
     summary = monitor.summarize(history, facts)
     summary.update({k: v for k, v in evals.items()})
     summary["samples_per_second_stats"] = summary.pop("samples_per_second")
     summary.update(steps=s.state.step, samples_per_second=clock.samples / max(clock.train_seconds(), 1e-9),
                    wall_seconds=facts.wall_seconds, parameters=s.model.num_parameters(),
-                   resumed_from_step=resumed, plan=s.plan.to_dict())
+                   resumed_from_step=resumed, plan=s.plan.to_dict(),
+                   memory_guard=s.guard.adjustments if s.guard else "off")
     write_json(run_dir / "summary.json", summary)
     log(monitor.format_summary(summary))
     log("final: " + _fmt_eval(evals) + f" | {summary['samples_per_second']:.1f} samples/s, "

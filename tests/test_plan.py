@@ -1,0 +1,344 @@
+"""The planner: memory model against real peak RSS, micro-batch/accumulation, errors, dtype choice."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from trmkit import hardware
+from trmkit import plan as plan_mod
+from trmkit.config import Config, ConfigError, ModelConfig, RunConfig, TrainConfig
+from trmkit.model.layers import Network, rotary_tables
+from trmkit.model.losses import act_loss
+from trmkit.model.trm import TRM
+
+MiB, GiB = 1 << 20, 1 << 30
+SUDOKU = dict(vocab_size=11, seq_len=81, num_puzzle_ids=1)
+
+# One real train_step (the second one, so Adam's m and v exist during backward) in a fresh
+# process; prints the baseline RSS before the model and the peak RSS of the process.
+_REAL_STEP = r"""
+import json, sys, time
+from types import SimpleNamespace
+import numpy as np, torch
+from trmkit import plan
+from trmkit.config import Config, ModelConfig, TrainConfig
+from trmkit.model.trm import TRM
+from trmkit.train.loop import build_optimizers
+from trmkit.train.step import StepContext, new_state, train_step
+
+spec = json.loads(sys.argv[1])
+torch.set_num_threads(spec["threads"])
+class Stream:
+    rng = np.random.default_rng(0)
+    def take(self, k):
+        x = self.rng.integers(1, 11, (k, 81)).astype(np.uint8)
+        return SimpleNamespace(inputs=x, labels=x.copy(), puzzle_ids=np.zeros(k, np.uint8))
+baseline = plan._rss_now()
+m = ModelConfig(**spec["model"])
+cfg = Config(model=m, train=TrainConfig(batch_size=spec["batch"], micro_batch=spec["micro_batch"]))
+torch.manual_seed(0)
+model = TRM(m)
+model.grad_checkpointing = spec["grad_checkpointing"]
+opts = build_optimizers(model, cfg)
+state = new_state(model, spec["batch"], m.seq_len, "cpu")
+autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["dtype"] == "bfloat16")
+ctx = StepContext(micro_batch=spec["micro_batch"], ignore_label_id=0, device=torch.device("cpu"),
+                  autocast=autocast)
+t0 = time.perf_counter()
+for _ in range(spec["steps"]):
+    train_step(model, state, Stream(), opts, cfg.train, ctx)
+print(json.dumps({"baseline": baseline, "peak": plan._peak_rss(), "seconds": time.perf_counter() - t0}))
+"""
+
+
+def measure_real_step(model: ModelConfig, batch: int, micro_batch: int, steps: int = 2,
+                      ckpt: bool = False, dtype: str = "float32", threads: int = 1) -> dict:
+    """Peak RSS of real training steps in a fresh Python process (also used by benchmarks/)."""
+    spec = json.dumps({"model": dataclasses.asdict(model), "batch": batch, "micro_batch": micro_batch,
+                       "steps": steps, "threads": threads, "grad_checkpointing": ckpt, "dtype": dtype})
+    done = subprocess.run([sys.executable, "-c", _REAL_STEP, spec], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# H_cycles=1: the cycles without gradients cost time, not memory (measured: D=128, micro-batch 64,
+# H_cycles 3 vs 1 peak at 2345 vs 2360 MiB), so the test runs them only once.
+PAPER = ModelConfig(hidden_size=512, H_cycles=1, **SUDOKU)
+LAPTOP = ModelConfig(hidden_size=128, H_cycles=1, **SUDOKU)
+# (model, global batch, micro-batch): micro-batch 8 of the laptop model runs with accumulation 4,
+# so the carry of the whole batch is measured too.
+PEAK_CASES = {"paper-8": (PAPER, 8, 8), "laptop-8-of-32": (LAPTOP, 32, 8),
+              "laptop-32": (LAPTOP, 32, 32), "laptop-64": (LAPTOP, 64, 64)}
+
+
+@pytest.fixture(scope="module")
+def measured_peaks() -> dict[str, dict]:
+    """All real-step measurements, two fresh single-thread processes at a time (~20 s in all)."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        longest_first = sorted(PEAK_CASES, key=lambda n: -PEAK_CASES[n][0].hidden_size ** 2 * PEAK_CASES[n][1])
+        futures = {name: pool.submit(measure_real_step, *PEAK_CASES[name]) for name in longest_first}
+        results = {name: f.result() for name, f in futures.items()}
+    print(f"\nreal-step measurements took {time.perf_counter() - t0:.1f} s")
+    return results
+
+
+@pytest.mark.parametrize("name", list(PEAK_CASES))
+def test_estimate_within_25_percent_of_measured_peak_rss(measured_peaks, name):
+    model, batch, micro_batch = PEAK_CASES[name]
+    measured = measured_peaks[name]
+    est = plan_mod.estimate_memory(model, batch, micro_batch, baseline=measured["baseline"])
+    error = est.train_peak / measured["peak"] - 1
+    print(f"{name}: est {est.train_peak / MiB:.0f} MiB, measured {measured['peak'] / MiB:.0f} MiB ({error:+.1%})")
+    assert abs(error) < 0.25
+
+
+@pytest.mark.parametrize("mixer", ["mlp_t", "attention"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_activation_formula_matches_what_autograd_saves(mixer, dtype):
+    """net_call_bytes counts the tensors autograd keeps for one network call (weights excluded)."""
+    m = ModelConfig(hidden_size=64, num_heads=4, mixer=mixer, **SUDOKU)
+    S, B = plan_mod.seq_total(m), 2
+    net = Network(64, S, m.L_layers, mixer, 4, m.expansion, m.rms_norm_eps)
+    rope = rotary_tables(S, 16, m.rope_theta) if mixer == "attention" else None
+    weights = {p.untyped_storage().data_ptr() for p in net.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        is_weight_copy = dtype == "bfloat16" and t.dim() == 2 and t.shape[0] * t.shape[1] in {
+            p.numel() for p in net.parameters()}
+        if storage.data_ptr() not in weights and not is_weight_copy:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+        net(torch.randn(B, S, 64), torch.randn(B, S, 64), rope)
+    ratio = sum(saved.values()) / B / plan_mod.net_call_bytes(m, 2 if dtype == "bfloat16" else 4)
+    assert 0.9 < ratio < 1.1
+
+
+def test_parameter_count_matches_the_model():
+    for kw in (dict(hidden_size=512), dict(hidden_size=96, mixer="attention", num_heads=4)):
+        m = ModelConfig(**kw, **SUDOKU)
+        assert plan_mod.count_parameters(m) == TRM(m).num_parameters()
+
+
+def test_carry_is_counted_for_the_global_batch_and_activations_for_the_micro_batch():
+    small = plan_mod.estimate_memory(PAPER, 64, 8)
+    large = plan_mod.estimate_memory(PAPER, 768, 8)
+    S, D = plan_mod.seq_total(PAPER), PAPER.hidden_size
+    assert large.parts["carry"] - small.parts["carry"] >= (768 - 64) * 4 * S * D * 4
+    assert large.parts["activations"] == small.parts["activations"]
+    ckpt = plan_mod.estimate_memory(PAPER, 64, 8, grad_checkpointing=True)
+    assert ckpt.micro_per_slot < small.micro_per_slot / 3
+
+
+# ----------------------------------------------------------------------------- budget parsing
+
+@pytest.mark.parametrize("text,expected", [
+    ("6GB", 6 * 10**9), ("6GiB", 6 * GiB), ("512MB", 512 * 10**6), ("512 MiB", 512 * MiB),
+    ("1.5GiB", 3 * GiB // 2), ("6g", 6 * GiB), ("6gb", 6 * 10**9), ("1073741824", GiB),
+])
+def test_parse_bytes(text, expected):
+    assert plan_mod.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["six GB", "6 parsecs", "0GB", "", "-1GB"])
+def test_parse_bytes_rejects_nonsense(text):
+    with pytest.raises(ConfigError, match="memory size"):
+        plan_mod.parse_bytes(text)
+
+
+# ----------------------------------------------------------------------------- the planner
+
+@pytest.fixture(scope="module")
+def probed():
+    return hardware.probe()
+
+
+@pytest.fixture
+def hw(probed):
+    return plan_mod.with_memory_limit(probed, 16 * GiB)
+
+
+@pytest.fixture
+def fake_speed(monkeypatch):
+    """Fixed timings instead of measuring: bf16 1.5x faster; compile never measured."""
+    calls = []
+
+    def speed(m, micro_batch, dtype, threads, device="cpu", repeats=2):
+        calls.append(dtype)
+        factor = 1.0 if dtype == "float32" else 1 / 1.5
+        return {"forward": 0.01 * factor, "train": 0.03 * factor}
+
+    monkeypatch.setattr(plan_mod, "measure_speed", speed)
+    monkeypatch.setattr(plan_mod, "measure_compile", lambda *a, **k: {"error": "not measured in tests"})
+    monkeypatch.setattr(plan_mod, "others_cpu_percent", lambda seconds=0.3: 0.0)
+    return calls
+
+
+def sudoku_cfg(batch=768, hidden=512, **run) -> Config:
+    return Config(run=RunConfig(**run), model=ModelConfig(hidden_size=hidden, **SUDOKU),
+                  train=TrainConfig(batch_size=batch, max_steps=100))
+
+
+@pytest.mark.parametrize("budget", [3 * GiB // 2, 3 * GiB, 6 * GiB, 12 * GiB])
+@pytest.mark.parametrize("batch", [768, 96])
+def test_micro_batch_divides_batch_fits_budget_and_is_the_largest(hw, fake_speed, budget, batch):
+    cfg = sudoku_cfg(batch, dtype="float32")
+    p = plan_mod.make_plan(cfg, hw, budget_bytes=budget, log=lambda _: None)
+    mb, ckpt = p.micro_batch.value, p.grad_checkpointing.value
+    assert mb * p.accumulation.value == batch and batch % mb == 0
+    assert p.estimate.train_peak <= budget and p.estimate.total <= budget
+    larger = [d for d in plan_mod.divisors(batch) if d > mb]
+    if larger:
+        est = plan_mod.estimate_memory(cfg.model, batch, larger[0], grad_checkpointing=ckpt,
+                                       baseline=p.estimate.parts["baseline"])
+        assert est.train_peak > budget
+
+
+def test_checkpointing_turns_on_when_micro_batch_1_does_not_fit_without(hw, fake_speed):
+    cfg = sudoku_cfg(768, dtype="float32")
+    baseline = max(hw.memory.rss, plan_mod.DEFAULT_BASELINE // 2)
+    without = plan_mod.estimate_memory(cfg.model, 768, 1, baseline=baseline).train_peak
+    p = plan_mod.make_plan(cfg, hw, budget_bytes=without - 8 * MiB, log=lambda _: None)
+    assert p.grad_checkpointing.value is True and p.micro_batch.value >= 1
+    assert "does not fit" in p.grad_checkpointing.reason
+    roomy = plan_mod.make_plan(cfg, hw, budget_bytes=12 * GiB, log=lambda _: None)
+    assert roomy.grad_checkpointing.value is False  # micro-batch 48+ fits: not worth recomputing
+
+
+def test_tiny_budget_stops_with_a_suggestion(hw, fake_speed):
+    with pytest.raises(ConfigError) as err:
+        plan_mod.make_plan(sudoku_cfg(768, dtype="float32"), hw, budget_bytes=700 * MiB, log=lambda _: None)
+    msg = str(err.value)
+    assert "does not fit the memory budget of 700.0 MiB" in msg
+    assert "set train.batch_size=" in msg and "est." in msg and "raise the budget" in msg
+    assert "laptop-8gb.yaml" not in msg  # the presets hold the same model and batch: no help here
+    with pytest.raises(ConfigError, match=r"model.hidden_size=(768|512) .*configs/laptop-8gb.yaml"):
+        plan_mod.make_plan(sudoku_cfg(768, hidden=1024, dtype="float32"), hw, budget_bytes=3 * GiB // 2,
+                           log=lambda _: None)
+
+
+def test_set_micro_batch_that_does_not_fit_names_one_that_does(hw, fake_speed):
+    cfg = sudoku_cfg(768, dtype="float32", grad_checkpointing="off")
+    cfg = dataclasses.replace(cfg, train=TrainConfig(batch_size=768, micro_batch=384, max_steps=100))
+    with pytest.raises(ConfigError, match=r"train.micro_batch=384 needs .* set train.micro_batch=\d+"):
+        plan_mod.make_plan(cfg, hw, budget_bytes=4 * GiB, log=lambda _: None)
+
+
+def test_budget_from_config_and_default(hw, fake_speed):
+    p = plan_mod.make_plan(sudoku_cfg(96, dtype="float32", memory_budget="3GiB"), hw, log=lambda _: None)
+    assert p.budget.value == 3 * GiB and "run.memory_budget=3GiB" in p.budget.reason
+    huge = plan_mod.make_plan(sudoku_cfg(96, dtype="float32"), hw, budget_bytes=64 * GiB, log=lambda _: None)
+    assert "more than the" in huge.budget.reason and "free now" in huge.budget.reason
+    default = plan_mod.make_plan(sudoku_cfg(96, dtype="float32"), hw, log=lambda _: None)
+    assert default.budget.value == int(0.8 * 16 * GiB)  # simulated limit, nothing else running
+    assert "80% of the 16.0 GiB limit" in default.budget.reason
+
+
+def test_every_choice_has_a_reason_and_is_logged(hw, fake_speed):
+    logged = []
+    p = plan_mod.make_plan(sudoku_cfg(96), hw, cache_dir=None, log=logged.append)
+    assert all(c.reason.strip() for c in p.choices().values())
+    assert len([line for line in logged if line.startswith("plan: ")]) == len(p.choices())
+    assert set(p.to_dict()) >= {"micro_batch", "dtype", "compile", "grad_checkpointing", "memory"}
+    report = plan_mod.plan_report(p)
+    assert "activations" in report and "carry" in report and "training peak" in report
+
+
+def test_bf16_choice_reads_the_cached_measurement_and_keeps_float32_when_slower(hw, monkeypatch, tmp_path):
+    calls = []
+
+    def slower_bf16(m, micro_batch, dtype, threads, device="cpu", repeats=2):
+        calls.append(dtype)
+        return {"forward": 0.01, "train": 0.03} if dtype == "float32" else {"forward": 0.02, "train": 0.05}
+
+    monkeypatch.setattr(plan_mod, "measure_speed", slower_bf16)
+    monkeypatch.setattr(plan_mod, "others_cpu_percent", lambda seconds=0.3: 0.0)
+    features = dataclasses.replace(hw.cpu.features, avx512_bf16=True)
+    hw = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, features=features))
+    cfg = sudoku_cfg(96, compile="off")
+    first = plan_mod.make_plan(cfg, hw, cache_dir=tmp_path, log=lambda _: None)
+    assert first.dtype.value == "float32" and "not at least" in first.dtype.reason
+    assert set(calls) == {"bfloat16", "float32"}
+    measured = len(calls)
+    second = plan_mod.make_plan(cfg, hw, cache_dir=tmp_path, log=lambda _: None)
+    assert second.dtype.value == "float32" and len(calls) == measured  # from the cache, not measured again
+    assert (tmp_path / plan_mod.SPEED_FILE).is_file()
+
+
+def test_bf16_chosen_when_measured_faster_and_never_assumed(hw, fake_speed):
+    native = dataclasses.replace(hw.cpu.features, avx512_bf16=True, amx_bf16=False, arm_bf16=False)
+    emulated = dataclasses.replace(native, avx512_bf16=False)
+    fast = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, features=native))
+    slow = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, features=emulated))
+    assert plan_mod.make_plan(sudoku_cfg(96, compile="off"), fast, log=lambda _: None).dtype.value == "bfloat16"
+    fake_speed.clear()
+    p = plan_mod.make_plan(sudoku_cfg(96, compile="off"), slow, log=lambda _: None)
+    assert p.dtype.value == "float32" and set(fake_speed) == {"float32"}  # bf16 not even measured
+
+
+def test_compile_off_for_short_runs_and_weighed_for_long_ones(hw, fake_speed, monkeypatch):
+    short = plan_mod.make_plan(sudoku_cfg(96, dtype="float32"), hw, log=lambda _: None)
+    assert short.compile.value is False and "short run" in short.compile.reason
+    monkeypatch.setattr(plan_mod, "measure_compile",
+                        lambda *a, **k: {"compile_seconds": 60.0, "eager": 0.03, "compiled": 0.02})
+    long_run = sudoku_cfg(96, dtype="float32")
+    long_run = dataclasses.replace(long_run, train=TrainConfig(batch_size=96, max_steps=200_000))
+    p = plan_mod.make_plan(long_run, hw, log=lambda _: None)
+    assert p.compile.value is True and "pays back" in p.compile.reason
+
+
+def test_checkpoint_with_another_sequence_length_is_refused():
+    cfg = sudoku_cfg(96)
+    with pytest.raises(ConfigError, match="model.seq_len=81 .* trained with 100"):
+        plan_mod.check_sequence(cfg, {"model": {"seq_len": 100, "puzzle_emb_len": 16, "vocab_size": 11}})
+    plan_mod.check_sequence(cfg, {"model": {"seq_len": 81, "puzzle_emb_len": 16, "vocab_size": 11}})
+
+
+def test_fit_calibration_recovers_overhead_and_scale():
+    m = LAPTOP
+    truth = plan_mod.Calibration(runtime_overhead=123 * MiB, backward_calls=1.3)
+    runs = [(n, {"baseline": 200 * MiB, "peak": plan_mod.estimate_memory(
+        m, n, n, baseline=200 * MiB, calibration=truth).train_peak}) for n in (2, 8)]
+    fitted = plan_mod.fit_calibration(m, "float32", runs[0], runs[1], "test")
+    assert fitted.backward_calls == pytest.approx(1.3, abs=0.002)
+    assert abs(fitted.runtime_overhead - 123 * MiB) < 2 * MiB
+
+
+def test_grad_checkpointing_gives_the_same_gradients():
+    m = ModelConfig(hidden_size=32, num_heads=2, L_layers=2, H_cycles=2, L_cycles=2, puzzle_emb_len=2,
+                    vocab_size=11, seq_len=9, num_puzzle_ids=3)
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = TRM(m)
+        model.grad_checkpointing = ckpt
+        carry = model.initial_carry(4)
+        inputs = torch.randint(1, 11, (4, 9))
+        _, _, logits, q = model(carry.z_H, carry.z_L, inputs, torch.tensor([0, 1, 2, 0]))
+        loss, _ = act_loss(logits, inputs, q, 0.5)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-5)
+
+
+def test_timings_taken_beside_other_work_are_flagged_and_not_cached(hw, fake_speed, monkeypatch, tmp_path):
+    monkeypatch.setattr(plan_mod, "others_cpu_percent", lambda seconds=0.3: 80.0)
+    features = dataclasses.replace(hw.cpu.features, avx512_bf16=True)
+    hw = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, features=features))
+    p = plan_mod.make_plan(sudoku_cfg(96, compile="off"), hw, cache_dir=tmp_path, log=lambda _: None)
+    assert "other processes used 80%" in p.dtype.reason and "not cached" in p.dtype.reason
+    assert not (tmp_path / plan_mod.SPEED_FILE).exists()
