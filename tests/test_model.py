@@ -124,6 +124,12 @@ def test_stablemax_matches_its_definition():
     assert loss[1, 0].item() == 0.0
 
 
+def test_stablemax_gradient_is_finite_where_logits_hit_one():
+    logits = torch.tensor([[[1.0, 0.0, -1.0, 2.0]]], requires_grad=True)  # bf16 often rounds to 1.0
+    stablemax_cross_entropy(logits, torch.tensor([[0]])).sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
 def test_act_loss_targets_exactness():
     logits = torch.zeros(2, 3, 4)
     logits[0, :, 1] = 5  # sample 0 predicts 1 everywhere

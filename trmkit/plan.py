@@ -170,6 +170,10 @@ class Plan:
     def torch_device(self) -> torch.device:
         return torch.device(self.device.value)
 
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.value == "cpu"
+
     def autocast(self):
         """A factory of the autocast context for the chosen device and dtype."""
         if self.dtype.value == "bfloat16":

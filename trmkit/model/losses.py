@@ -16,7 +16,9 @@ IGNORE = -100
 
 
 def stablemax_s(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(x >= 0, x + 1, 1 / (1 - x))
+    # clamp: torch.where differentiates both branches, and 1/(1-x) at x = 1 (common for
+    # bf16 logits) would put inf * 0 = NaN into the gradient
+    return torch.where(x >= 0, x + 1, 1 / (1 - x.clamp(max=0)))
 
 
 def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

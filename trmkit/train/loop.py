@@ -121,7 +121,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
 
 
 def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log) -> MemoryGuard | None:
-    if not cfg.run.memory_guard or plan.device.value != "cpu" or not plan.budget.value:
+    if not cfg.run.memory_guard or not plan.is_cpu or not plan.budget.value:
         return None
     mb = int(plan.micro_batch.value)
     return MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
@@ -319,7 +319,7 @@ def save_weights(s: Session, run_dir: Path) -> Path:
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
-        tensors = {k: v.detach().cpu().contiguous() for k, v in s.model.state_dict().items()}
+        tensors = {k: v.detach().clone().cpu() for k, v in s.model.state_dict().items()}  # copies
     finally:
         if s.opts.ema is not None:
             s.opts.ema.swap(s.model)
