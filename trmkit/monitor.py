@@ -562,8 +562,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"{_fmt(summary.get('peak_rss_gb'), '.2f', ' GB')} (budget {_fmt(summary.get('memory_budget_gb'), '.2f', ' GB')})",
     ]
     final = summary.get("final_metrics") or {}
-    if final:
-        lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(final.items())))
+    shown = {k: v for k, v in final.items() if k.startswith("eval/")} or final
+    if shown:
+        lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())))
     lines += [f"warning: {w}" for w in summary.get("throughput_warnings") or []]
     lines += [f"advice: {a}" for a in summary.get("advice") or []]
     return "\n".join(lines)

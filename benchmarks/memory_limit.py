@@ -1,0 +1,468 @@
+"""Proof that the memory guard keeps a run alive under a real hard memory limit.
+
+Each scenario runs the real `trmkit train` command twice in fresh processes under
+the same hard limit, once with `run.memory_guard=true` and once with `false`, and
+reports how each run ended and its measured peaks against the limit:
+
+- pinned-rlimit: the user pinned `train.micro_batch` to the whole batch and gave
+  a `--memory-budget` that overstates the memory (so the planner accepts it);
+  the process runs under RLIMIT_AS (setrlimit in the child), set between what
+  the guarded run needs and what the pinned micro-batch needs. An allocation
+  over the limit fails inside torch, so the guard can halve and retry.
+- pinned-cgroup: the same run in a memory cgroup (v1 memory.limit_in_bytes or
+  v2 memory.max). Over the limit the kernel OOM-kills the process: there is no
+  allocation error to catch, so the guard must act before the first step.
+- hog-cgroup: no pinning, no budget: the planner sizes the run from the cgroup
+  limit. Another process in the same cgroup (a browser opening tabs) takes
+  memory twice during the run, after steps HOG_STEPS[0] and HOG_STEPS[1]; the
+  second time there is no longer room for the planned micro-batch. The hog is
+  given oom_score_adj=-1000 so that when the cgroup runs out, the kernel's
+  victim is always the trainer (without it the kernel kills the largest
+  process, which is the trainer here too, but by a smaller margin).
+
+The limits come from two unlimited reference runs measured first (guard off):
+the pinned micro-batch (the unguarded need) and a quarter of it (the guarded
+need). Peaks: the child's ru_maxrss (os.wait4), its VmPeak and VmHWM (written by
+the child at exit; none after SIGKILL), and for cgroups memory.max_usage_in_bytes
+(v1) or memory.peak (v2), which includes the hog, with failcnt and oom_kill.
+
+    python benchmarks/memory_limit.py                      # all scenarios, ~3 min on 2 cores
+    python benchmarks/memory_limit.py --scenarios pinned-rlimit
+    python benchmarks/memory_limit.py --src /path/to/other/checkout   # trmkit from another tree
+    python benchmarks/memory_limit.py --json results.json --keep out/
+
+Cgroups need root and a writable memory controller; without them the cgroup
+scenarios are skipped with the reason and pinned-rlimit still runs. The cgroup
+v2 code path was written for laptops (systemd, v2) but exercised here only on v1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MiB = 1 << 20
+GiB = 1 << 30
+BATCH = 64  # global batch; the pinned micro-batch is all of it
+SMALL = BATCH // 4  # what the guard ends up with: the "guarded need" reference
+HOG_STEPS = (2, 4)  # the hog takes memory after these steps
+CONFIG = """\
+run: {seed: 0, threads: 1, dtype: float32, compile: "off", grad_checkpointing: "off"}
+model: {mixer: mlp_t, hidden_size: 128, L_layers: 2, H_cycles: 2, L_cycles: 2, halt_max_steps: 4,
+        puzzle_emb_len: 16}
+train: {batch_size: %d, max_steps: 3, warmup_steps: 1, lr: 1.0e-4, log_every: 1, checkpoint_minutes: 0}
+data: {eval_limit: 6}
+""" % BATCH
+
+# The trainer: `trmkit train ARGS`, writing its own Vm* high-water marks at exit
+# (atexit also runs after an uncaught exception; not after SIGKILL).
+CHILD = """\
+import atexit, json, sys
+def report(path=sys.argv[1]):
+    with open("/proc/self/status") as f:
+        vm = {k: int(v.split()[0]) * 1024 for k, v in (l.split(":", 1) for l in f) if k.startswith("Vm")}
+    with open(path, "w") as f:
+        json.dump(vm, f)
+atexit.register(report)
+from trmkit.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+# The other process: after each (step, total bytes) of its schedule shows up in
+# the trainer's metrics.jsonl, it grows to that size (every page touched), then holds.
+HOG = """\
+import json, sys, time
+metrics, schedule = sys.argv[1], json.loads(sys.argv[2])
+def last_step():
+    try:
+        with open(metrics) as f:
+            return max([json.loads(l).get("step", 0) for l in f if l.endswith("}\\n")], default=0)
+    except (OSError, ValueError):
+        return 0
+held, total = [], 0
+for after, target in schedule:
+    while last_step() < after:
+        time.sleep(0.01)
+    chunk = bytearray(target - total)
+    chunk[::4096] = b"\\1" * len(range(0, len(chunk), 4096))
+    held.append(chunk)
+    total = target
+    print(f"hog: holding {total / 2**30:.2f} GiB after step {after}", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+# ----------------------------------------------------------------------------- limits
+
+class Cgroup:
+    """A fresh memory cgroup with a hard limit (no swap), joined by children at fork."""
+
+    def __init__(self, root: str, version: int, name: str, limit: int) -> None:
+        self.path, self.version, self.limit = os.path.join(root, name), version, limit
+        os.mkdir(self.path)
+        try:
+            if version == 1:
+                self._write("memory.limit_in_bytes", limit)
+                if os.path.exists(self._file("memory.memsw.limit_in_bytes")):
+                    self._write("memory.memsw.limit_in_bytes", limit)
+            else:
+                self._write("memory.max", limit)
+                if os.path.exists(self._file("memory.swap.max")):
+                    self._write("memory.swap.max", 0)
+        except OSError:
+            self.remove()
+            raise
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _write(self, name: str, value: int) -> None:
+        with open(self._file(name), "w") as f:
+            f.write(str(value))
+
+    def _read(self, name: str) -> str:
+        try:
+            with open(self._file(name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def join(self) -> None:
+        """Move the calling process in (run in the child between fork and exec)."""
+        self._write("cgroup.procs", os.getpid())
+
+    def stats(self) -> dict:
+        def key(text: str, name: str) -> int | None:
+            found = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
+            return int(found[0]) if found else None
+
+        if self.version == 1:
+            peak, failcnt = self._read("memory.max_usage_in_bytes"), self._read("memory.failcnt")
+            return {"cgroup_peak": int(peak) if peak else None, "cgroup_failcnt": int(failcnt or 0),
+                    "oom_kills": key(self._read("memory.oom_control"), "oom_kill")}
+        events, peak = self._read("memory.events"), self._read("memory.peak")
+        return {"cgroup_peak": int(peak) if peak else None, "cgroup_failcnt": key(events, "max"),
+                "oom_kills": key(events, "oom_kill")}
+
+    def remove(self) -> None:
+        for _ in range(100):  # the last child may still be leaving
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)
+        print(f"warning: could not remove {self.path}", file=sys.stderr)
+
+
+def find_cgroup_root() -> tuple[tuple[str, int] | None, str]:
+    """((mount point, version), "") of a memory cgroup hierarchy to create children in,
+    else (None, why not)."""
+    if os.geteuid() != 0:
+        return None, "not root: cannot create memory cgroups"
+    v1, v2 = None, None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, opts = right.split()[0], right.split()[-1].split(",")
+            point = left.split()[4]
+            if fstype == "cgroup" and "memory" in opts:
+                v1 = point
+            elif fstype == "cgroup2":
+                try:
+                    with open(os.path.join(point, "cgroup.subtree_control")) as c:
+                        if "memory" in c.read().split():
+                            v2 = point
+                except OSError:
+                    pass
+    if v1 or v2:
+        found = (v1, 1) if v1 else (v2, 2)
+        why = probe_cgroup(*found)
+        return (None, why) if why else (found, "")
+    return None, "no writable memory cgroup controller (v1 memory mount or v2 with +memory)"
+
+
+def probe_cgroup(root: str, version: int) -> str | None:
+    """None if a child cgroup with a limit can be made here, else why not."""
+    try:
+        Cgroup(root, version, f"trmkit-proof-{os.getpid()}-probe", 512 * MiB).remove()
+        return None
+    except OSError as err:
+        return f"cannot create a cgroup under {root}: {err}"
+
+
+@dataclass
+class Limit:
+    kind: str  # "none", "rlimit" (RLIMIT_AS) or "cgroup"
+    bytes: int = 0
+
+
+# ----------------------------------------------------------------------------- one run
+
+@dataclass
+class Run:
+    name: str
+    guard: bool
+    limit: Limit
+    exit_code: int = 0  # negative: killed by that signal
+    outcome: str = ""
+    seconds: float = 0.0
+    maxrss: int = 0  # ru_maxrss of the trainer (bytes)
+    vm_peak: int | None = None  # VmPeak (virtual), when the trainer could write it
+    vm_hwm: int | None = None  # VmHWM (resident), idem
+    cgroup_peak: int | None = None  # whole cgroup, hog included
+    cgroup_failcnt: int | None = None
+    oom_kills: int | None = None
+    hog_maxrss: int | None = None
+    steps: int = 0
+    micro_batches: list = field(default_factory=list)  # per logged step
+    losses: list = field(default_factory=list)  # train/loss per logged step
+    guard_lines: list = field(default_factory=list)
+    plan_micro_batch: int | None = None
+    estimated_peak: int | None = None  # the plan's memory estimate of its step
+    tail: str = ""
+
+
+def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, cgroup_root=None,
+              hog: list[tuple[int, int]] | None = None, src: str | None = None,
+              options: tuple[str, ...] = (), timeout: float = 600) -> Run:
+    """`trmkit train OPTIONS ARGS` in a fresh process under `limit` (with the hog when given)."""
+    run_dir = out / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    status = run_dir / "vm.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(out / "cache")}
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    argv = [sys.executable, "-c", CHILD, str(status), "train", *options, *args, f"run.dir={run_dir}",
+            f"run.memory_guard={str(guard).lower()}"]
+    cg = None
+    if limit.kind == "cgroup":
+        cg = Cgroup(cgroup_root[0], cgroup_root[1], f"trmkit-proof-{os.getpid()}-{name}", limit.bytes)
+        preexec = cg.join
+    elif limit.kind == "rlimit":
+        def preexec():
+            resource.setrlimit(resource.RLIMIT_AS, (limit.bytes, limit.bytes))
+    else:
+        preexec = None
+    result = Run(name=name, guard=guard, limit=limit)
+    log = open(run_dir / "output.txt", "w+")
+    child = hog_proc = None
+    t0 = time.perf_counter()
+    try:
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out,
+                                 preexec_fn=preexec)
+        if hog:
+            hog_proc = start_hog(run_dir, hog, cg, log)
+        _, wstatus, usage = wait4_timeout(child, timeout)
+        result.seconds = time.perf_counter() - t0
+        result.exit_code = os.waitstatus_to_exitcode(wstatus)
+        result.maxrss = usage.ru_maxrss * 1024
+    finally:
+        if child is not None and child.returncode is None:  # interrupted: leave nothing behind
+            child.kill()
+            child.wait()
+        if hog_proc is not None:
+            hog_proc.kill()
+            _, _, hog_usage = os.wait4(hog_proc.pid, 0)
+            result.hog_maxrss = hog_usage.ru_maxrss * 1024
+        if cg is not None:
+            for k, v in cg.stats().items():
+                setattr(result, k, v)
+            cg.remove()
+    log.seek(0)
+    text = log.read()
+    log.close()
+    read_results(result, run_dir, status, text)
+    return result
+
+
+def start_hog(run_dir: Path, schedule, cg: Cgroup | None, log) -> subprocess.Popen:
+    def preexec():
+        if cg is not None:
+            cg.join()
+        with open("/proc/self/oom_score_adj", "w") as f:  # the kernel's victim is the trainer
+            f.write("-1000")
+
+    return subprocess.Popen([sys.executable, "-c", HOG, str(run_dir / "metrics.jsonl"), json.dumps(schedule)],
+                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
+
+
+def wait4_timeout(child: subprocess.Popen, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, wstatus, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            child.returncode = os.waitstatus_to_exitcode(wstatus)
+            return pid, wstatus, usage
+        if time.monotonic() > deadline:
+            child.kill()
+        time.sleep(0.02)
+
+
+def read_results(r: Run, run_dir: Path, status: Path, text: str) -> None:
+    if status.is_file():
+        vm = json.loads(status.read_text())
+        r.vm_peak, r.vm_hwm = vm.get("VmPeak"), vm.get("VmHWM")
+    lines = text.splitlines()
+    r.guard_lines = [line for line in lines if line.startswith("memory guard @")]
+    r.tail = "\n".join(lines[-6:])
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()
+               if line.endswith("}")] if metrics.is_file() else []
+    records = [rec for rec in records if "step" in rec and "train/loss" in rec]
+    r.steps = max((rec["step"] for rec in records), default=0)
+    r.losses = [rec["train/loss"] for rec in records]
+    r.micro_batches = [rec.get("perf/micro_batch") for rec in records]
+    plan_file = run_dir / "plan.json"
+    if plan_file.is_file():
+        plan = json.loads(plan_file.read_text())
+        r.plan_micro_batch = plan["micro_batch"]["value"]
+        r.estimated_peak = (plan.get("memory") or {}).get("train_peak")
+    if r.exit_code == 0 and (run_dir / "summary.json").is_file():
+        r.outcome = "completed"
+    elif r.exit_code < 0:
+        sig = signal.Signals(-r.exit_code).name
+        oom = f", cgroup oom_kill={r.oom_kills}" if r.oom_kills is not None else ""
+        r.outcome = f"killed by {sig}{oom}"
+    else:
+        errors = [line for line in lines if "Error" in line or "error" in line]
+        r.outcome = f"exit {r.exit_code}: " + (errors[-1].strip()[:160] if errors else "no error line")
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:.2f} GiB"
+
+
+def describe(r: Run) -> str:
+    peaks = [f"RSS peak {gib(r.maxrss)}"]
+    if r.vm_peak is not None:
+        peaks.append(f"VmPeak {gib(r.vm_peak)}")
+    if r.cgroup_peak is not None:
+        peaks.append(f"cgroup peak {gib(r.cgroup_peak)} (failcnt {r.cgroup_failcnt}, oom_kill {r.oom_kills})")
+    if r.hog_maxrss is not None:
+        peaks.append(f"hog {gib(r.hog_maxrss)}")
+    mbs = ",".join(str(m) for m in r.micro_batches)
+    return (f"  guard {'on ' if r.guard else 'off'}: {r.outcome} after {r.steps} steps in {r.seconds:.0f} s; "
+            + "; ".join(peaks) + f"\n             micro-batch per step [{mbs}], plan {r.plan_micro_batch}"
+            + "".join(f"\n             {line[:200]}" for line in r.guard_lines))
+
+
+def print_scenario(title: str, limit: Limit, runs: list[Run], why: str) -> None:
+    print(f"\n{title}: {limit.kind} limit {gib(limit.bytes)} ({why})")
+    for r in runs:
+        print(describe(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenarios", default="pinned-rlimit,pinned-cgroup,hog-cgroup")
+    p.add_argument("--keep", default=None, help="directory for the runs (default: a temporary one, removed)")
+    p.add_argument("--json", default=None, help="write every run's numbers here")
+    p.add_argument("--src", default=None, help="run trmkit from this source tree (PYTHONPATH)")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so children and cgroups are cleaned up
+    wanted = args.scenarios.split(",")
+    out = Path(args.keep or tempfile.mkdtemp(prefix="trmkit-memory-limit-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        results = run_all(out, wanted, args.src)
+    finally:
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0 if all(s.get("proved", True) for s in results["scenarios"].values()) else 1
+
+
+def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
+    from trmkit.data.sudoku import build_sudoku
+
+    build_sudoku("generate", out / "data", num_generate=60, givens="40-45", seed=0, log=lambda m: None)
+    (out / "cfg.yaml").write_text(CONFIG)
+    base = [str(out / "cfg.yaml"), f"data.path={out / 'data'}"]
+    cgroup, why_not = find_cgroup_root()
+    print(f"cgroup: {'v%d at %s' % (cgroup[1], cgroup[0]) if cgroup else 'unavailable: ' + why_not}")
+    if not cgroup and any(s.endswith("cgroup") for s in wanted):
+        print("falling back to RLIMIT_AS: the cgroup scenarios are skipped")
+        wanted = [s for s in wanted if not s.endswith("cgroup")]
+
+    # The needs, measured without a limit (in a roomy cgroup, so the cgroup charge is known too).
+    roomy = Limit("cgroup", 16 * GiB) if cgroup else Limit("none")
+    need = {mb: run_train(f"reference-mb{mb}", out, base + [f"train.micro_batch={mb}"], roomy, False,
+                          cgroup, src=src) for mb in (BATCH, SMALL)}
+    print("unguarded footprint (no limit, guard off):")
+    for mb, r in need.items():
+        print(f"  micro-batch {mb:>3}: {r.outcome}; RSS peak {gib(r.maxrss)}, VmPeak {gib(r.vm_peak)}, "
+              f"cgroup peak {gib(r.cgroup_peak)}; plan estimate {gib(r.estimated_peak)}")
+    results = {"references": {mb: asdict(r) for mb, r in need.items()}, "scenarios": {}}
+    big, small = need[BATCH], need[SMALL]
+    pinned = base + [f"train.micro_batch={BATCH}"]
+    overstated = ("--memory-budget", "8GiB")  # the user's idea of the machine, not the limit
+
+    if "pinned-rlimit" in wanted:
+        limit = Limit("rlimit", (big.vm_peak + small.vm_peak) // 2)
+        runs = [run_train(f"pinned-rlimit-guard-{g}", out, pinned, limit, g, src=src, options=overstated)
+                for g in (True, False)]
+        why = f"halfway between VmPeak {gib(small.vm_peak)} at micro-batch {SMALL} and {gib(big.vm_peak)} at {BATCH}"
+        results["scenarios"]["pinned-rlimit"] = summarize(limit, runs, why, "vm_peak")
+
+    if "pinned-cgroup" in wanted:
+        limit = Limit("cgroup", (big.cgroup_peak + small.cgroup_peak) // 2)
+        runs = [run_train(f"pinned-cgroup-guard-{g}", out, pinned, limit, g, cgroup, src=src,
+                          options=overstated) for g in (True, False)]
+        why = (f"halfway between the cgroup peaks {gib(small.cgroup_peak)} at micro-batch {SMALL} "
+               f"and {gib(big.cgroup_peak)} at {BATCH}")
+        results["scenarios"]["pinned-cgroup"] = summarize(limit, runs, why, "cgroup_peak")
+
+    if "hog-cgroup" in wanted:
+        limit, schedule, why = hog_setup(big, small)
+        steps = [f"train.max_steps={HOG_STEPS[1] + 3}"]
+        runs = [run_train(f"hog-cgroup-guard-{g}", out, base + steps, limit, g, cgroup, hog=schedule, src=src)
+                for g in (True, False)]
+        results["scenarios"]["hog-cgroup"] = summarize(limit, runs, why, "cgroup_peak")
+    return results
+
+
+def hog_setup(big: Run, small: Run) -> tuple[Limit, list[tuple[int, int]], str]:
+    """A limit under which the planner picks the whole batch and the guard sees no reason to act
+    (step peak under 80% of the 80% budget), then a hog schedule: first leave the trainer 20% of
+    its footprint as headroom, then take half the difference between the two footprints more
+    than the room the whole batch leaves."""
+    footprint, lean = big.cgroup_peak, small.cgroup_peak
+    limit = int(max(big.maxrss, big.estimated_peak or 0) / 0.8 / 0.8 * 1.05)
+    room = limit - footprint
+    first = room - footprint // 5
+    second = room + (footprint - lean) // 2
+    why = (f"the planner's budget is 80% of it; the trainer alone peaks at {gib(footprint)}, "
+           f"at micro-batch {SMALL} {gib(lean)}; the hog holds {gib(first)} after step {HOG_STEPS[0]}, "
+           f"{gib(second)} after step {HOG_STEPS[1]}")
+    return Limit("cgroup", limit), [(HOG_STEPS[0], first), (HOG_STEPS[1], second)], why
+
+
+def summarize(limit: Limit, runs: list[Run], why: str, peak_key: str) -> dict:
+    guarded, unguarded = runs
+    proved = (guarded.outcome == "completed" and (getattr(guarded, peak_key) or 0) <= limit.bytes
+              and unguarded.outcome != "completed")
+    title = f"{guarded.name.rsplit('-guard', 1)[0]}: {'PROVED' if proved else 'NOT PROVED'}"
+    print_scenario(title, limit, runs, why)
+    return {"limit": asdict(limit), "why": why, "proved": proved, "guard_on": asdict(guarded),
+            "guard_off": asdict(unguarded)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

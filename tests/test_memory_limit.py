@@ -1,0 +1,105 @@
+"""The memory guard under a real hard limit: with it the run completes under the limit, without it dies.
+
+The fast version of `benchmarks/memory_limit.py` (scenario pinned-rlimit; docs/memory.md has
+the cgroup scenarios). The user pinned train.micro_batch to the whole batch and gave a
+--memory-budget that overstates the machine, so the planner accepts it; the real `trmkit train`
+then runs in a subprocess under RLIMIT_AS, set below what that micro-batch needs (measured by a
+reference run without a limit) and above what a quarter of it needs (the memory model's estimate).
+"""
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trmkit.data.sudoku import build_sudoku
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="needs Linux: RLIMIT_AS plus /proc/self/status for VmPeak")
+
+GiB = 1 << 30
+BATCH = 64
+CONFIG = f"""
+run: {{seed: 0, threads: 1, dtype: float32, compile: "off", grad_checkpointing: "off"}}
+model: {{hidden_size: 128, L_layers: 2, H_cycles: 1, L_cycles: 2, halt_max_steps: 2, puzzle_emb_len: 16}}
+train: {{batch_size: {BATCH}, micro_batch: {BATCH}, max_steps: 2, warmup_steps: 1, log_every: 1,
+        checkpoint_minutes: 0}}
+data: {{eval_limit: 4}}
+"""
+# `trmkit train ...` that writes its VmPeak (virtual: what RLIMIT_AS bounds) at exit.
+CHILD = """\
+import atexit, json, sys
+def report(path=sys.argv[1]):
+    with open("/proc/self/status") as f:
+        vm = {k: int(v.split()[0]) * 1024 for k, v in (l.split(":", 1) for l in f) if k.startswith("Vm")}
+    with open(path, "w") as f:
+        json.dump(vm, f)
+atexit.register(report)
+from trmkit.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("memory_limit")
+    build_sudoku("generate", root / "data", num_generate=20, givens="40-45", test_fraction=0.2, seed=0,
+                 log=lambda m: None)
+    (root / "cfg.yaml").write_text(CONFIG)
+    return root
+
+
+def train(root: Path, name: str, guard: bool, limit: int | None) -> dict:
+    """`trmkit train` (budget overstated to 8 GiB) under RLIMIT_AS=limit; exit code, peaks, metrics."""
+    run_dir = root / name
+
+    def set_limit():
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    argv = [sys.executable, "-c", CHILD, str(root / f"{name}.vm.json"), "train", "--memory-budget", "8GiB",
+            str(root / "cfg.yaml"), f"data.path={root / 'data'}", f"run.dir={run_dir}",
+            f"run.memory_guard={str(guard).lower()}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(root / "cache")}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=root, preexec_fn=set_limit)
+    output = proc.communicate(timeout=300)[0]
+    vm = json.loads((root / f"{name}.vm.json").read_text())  # VmHWM is the peak RSS
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").is_file() else []
+    metrics = [json.loads(line) for line in lines]
+    return {"code": proc.returncode, "output": output, "vm_peak": vm["VmPeak"], "rss_peak": vm["VmHWM"],
+            "losses": [m["train/loss"] for m in metrics if "train/loss" in m],
+            "micro_batches": [m.get("perf/micro_batch") for m in metrics if "train/loss" in m],
+            "activations": json.loads((run_dir / "plan.json").read_text())["memory"]["parts"]["activations"]}
+
+
+def test_guard_completes_under_a_hard_limit_that_kills_the_unguarded_run(root):
+    ref = train(root, "reference", guard=False, limit=None)
+    assert ref["code"] == 0, ref["output"][-2000:]
+    # Below the pinned micro-batch's need by 35% of its activations: a quarter of them fits.
+    limit = ref["vm_peak"] - int(0.35 * ref["activations"])
+
+    guarded = train(root, "guard-on", guard=True, limit=limit)
+    unguarded = train(root, "guard-off", guard=False, limit=limit)
+    print(f"\nRLIMIT_AS {limit / GiB:.2f} GiB; reference without a limit: VmPeak {ref['vm_peak'] / GiB:.2f} GiB, "
+          f"RSS peak {ref['rss_peak'] / GiB:.2f} GiB\n"
+          f"guard on:  exit {guarded['code']}, VmPeak {guarded['vm_peak'] / GiB:.2f} GiB, "
+          f"RSS peak {guarded['rss_peak'] / GiB:.2f} GiB, micro-batches {guarded['micro_batches']}\n"
+          f"guard off: exit {unguarded['code']}, VmPeak {unguarded['vm_peak'] / GiB:.2f} GiB, "
+          f"RSS peak {unguarded['rss_peak'] / GiB:.2f} GiB")
+
+    assert guarded["code"] == 0, guarded["output"][-3000:]
+    assert guarded["vm_peak"] <= limit and guarded["rss_peak"] < limit
+    assert re.search(r"memory guard @ step \d+: micro_batch 64 -> \d+", guarded["output"])
+    assert all(mb < BATCH for mb in guarded["micro_batches"])
+    # the same effective batch: the same training as the reference, up to float summation order
+    assert guarded["losses"] == pytest.approx(ref["losses"], rel=1e-5)
+
+    assert unguarded["code"] == 1, unguarded["output"][-3000:]
+    assert "can't allocate memory" in unguarded["output"] or "MemoryError" in unguarded["output"]
+    assert unguarded["losses"] == []  # it died in its first step
