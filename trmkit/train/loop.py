@@ -22,6 +22,7 @@ from trmkit import monitor
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split, SampleStream, eval_batches, open_split
 from trmkit.model.trm import TRM
+from trmkit import hardware
 from trmkit.hardware import HardwareInfo
 from trmkit.plan import Plan, apply_threads, apply_to_model, make_plan
 from trmkit.train import checkpoint
@@ -223,6 +224,7 @@ def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: 
     metrics["perf/seconds_per_step"] = dt
     step = s.state.step
     if step % max(1, s.cfg.train.log_every) == 0 or step == 1:
+        metrics.update(thermal_metrics())
         loggers.log(step, {**metrics, **sampler.sample()})
         warning = watch.check(metrics["perf/samples_per_second"], step)
         if warning:
@@ -231,6 +233,17 @@ def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: 
             log(f"warning: {warning}")
     progress.update(step, metrics)
     return metrics
+
+
+def thermal_metrics() -> dict[str, float]:
+    """Temperature and clock ratio where readable without root (else nothing)."""
+    t = hardware.read_thermal()
+    out = {}
+    if t.max_temp_c is not None:
+        out["sys/temperature_c"] = t.max_temp_c
+    if t.freq_ratio is not None:
+        out["sys/freq_ratio"] = t.freq_ratio
+    return out
 
 
 def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
@@ -244,7 +257,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     loggers = monitor.make_loggers(run_dir, None, log)
     loggers.log_config(cfg.to_dict())
     sampler, clock, watch = monitor.SystemSampler(), Clock(), monitor.ThroughputWatch()
-    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=sampler)
+    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=monitor.SystemSampler(),
+                                cores=int(s.plan.threads.value))
     evals: dict = {}
     with graceful_stop(log) as stop:
         while s.state.step < cfg.train.max_steps and not _out_of_time(cfg, clock.start):
