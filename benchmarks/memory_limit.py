@@ -13,12 +13,11 @@ reports how each run ended and its measured peaks against the limit:
   v2 memory.max). Over the limit the kernel OOM-kills the process: there is no
   allocation error to catch, so the guard must act before the first step.
 - hog-cgroup: no pinning, no budget: the planner sizes the run from the cgroup
-  limit. Another process in the same cgroup (a browser opening tabs) takes
-  memory twice during the run, after steps HOG_STEPS[0] and HOG_STEPS[1]; the
-  second time there is no longer room for the planned micro-batch. The hog is
-  given oom_score_adj=-1000 so that when the cgroup runs out, the kernel's
-  victim is always the trainer (without it the kernel kills the largest
-  process, which is the trainer here too, but by a smaller margin).
+  limit. Another program in the same cgroup, a browser whose tabs are
+  processes of 128 MiB, opens tabs twice during the run, after steps
+  HOG_STEPS[0] and HOG_STEPS[1]; the second time there is no longer room for
+  the planned micro-batch. When the cgroup runs out, the kernel kills its
+  largest process: the trainer.
 
 The limits come from two unlimited reference runs measured first (guard off):
 the pinned micro-batch (the unguarded need) and a quarter of it (the guarded
@@ -78,28 +77,38 @@ from trmkit.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
-# The other process: after each (step, total bytes) of its schedule shows up in
-# the trainer's metrics.jsonl, it grows to that size (every page touched), then holds.
+# The other program: a browser whose tabs are processes (as Chrome's and Firefox's are).
+# When the trainer's metrics.jsonl shows each step of its schedule, it opens tabs of
+# TAB_BYTES (every page touched) until it holds that step's total, then keeps them.
+TAB_BYTES = 128 * MiB
 HOG = """\
-import json, sys, time
-metrics, schedule = sys.argv[1], json.loads(sys.argv[2])
+import json, os, sys, time
+metrics, schedule, tab = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 def last_step():
     try:
         with open(metrics) as f:
             return max([json.loads(l).get("step", 0) for l in f if l.endswith("}\\n")], default=0)
     except (OSError, ValueError):
         return 0
-held, total = [], 0
+def open_tab(size):
+    ready, done = os.pipe()
+    if os.fork() == 0:
+        page = bytearray(size)
+        page[::4096] = b"\\1" * len(range(0, size, 4096))
+        os.write(done, b"1")
+        while True:
+            time.sleep(60)
+    os.read(ready, 1)
+total = 0
 for after, target in schedule:
     while last_step() < after:
         time.sleep(0.01)
-    chunk = bytearray(target - total)
-    chunk[::4096] = b"\\1" * len(range(0, len(chunk), 4096))
-    held.append(chunk)
-    total = target
-    print(f"hog: holding {total / 2**30:.2f} GiB after step {after}", flush=True)
+    while total < target:
+        open_tab(min(tab, target - total))
+        total += min(tab, target - total)
+    print(f"browser: {total / 2**30:.2f} GiB in tabs after step {after}", flush=True)
 while True:
-    time.sleep(1)
+    time.sleep(60)
 """
 
 
@@ -225,7 +234,7 @@ class Run:
     cgroup_peak: int | None = None  # whole cgroup, hog included
     cgroup_failcnt: int | None = None
     oom_kills: int | None = None
-    hog_maxrss: int | None = None
+    hog_bytes: list = field(default_factory=list)  # what the other program held after each scheduled step
     steps: int = 0
     micro_batches: list = field(default_factory=list)  # per logged step
     losses: list = field(default_factory=list)  # train/loss per logged step
@@ -275,9 +284,8 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
             child.kill()
             child.wait()
         if hog_proc is not None:
-            hog_proc.kill()
-            _, _, hog_usage = os.wait4(hog_proc.pid, 0)
-            result.hog_maxrss = hog_usage.ru_maxrss * 1024
+            os.killpg(hog_proc.pid, signal.SIGKILL)  # the group we started: the browser and its tabs
+            hog_proc.wait()
         if cg is not None:
             for k, v in cg.stats().items():
                 setattr(result, k, v)
@@ -290,14 +298,10 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
 
 
 def start_hog(run_dir: Path, schedule, cg: Cgroup | None, log) -> subprocess.Popen:
-    def preexec():
-        if cg is not None:
-            cg.join()
-        with open("/proc/self/oom_score_adj", "w") as f:  # the kernel's victim is the trainer
-            f.write("-1000")
-
-    return subprocess.Popen([sys.executable, "-c", HOG, str(run_dir / "metrics.jsonl"), json.dumps(schedule)],
-                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
+    """The browser, in its own process group (its tabs are killed with it), in the cgroup."""
+    return subprocess.Popen([sys.executable, "-c", HOG, str(run_dir / "metrics.jsonl"), json.dumps(schedule),
+                             str(TAB_BYTES)], stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=cg.join if cg is not None else None, start_new_session=True)
 
 
 def wait4_timeout(child: subprocess.Popen, timeout: float):
@@ -318,6 +322,7 @@ def read_results(r: Run, run_dir: Path, status: Path, text: str) -> None:
         r.vm_peak, r.vm_hwm = vm.get("VmPeak"), vm.get("VmHWM")
     lines = text.splitlines()
     r.guard_lines = [line for line in lines if line.startswith("memory guard @")]
+    r.hog_bytes = [line.split(": ", 1)[1] for line in lines if line.startswith("browser: ")]
     r.tail = "\n".join(lines[-6:])
     metrics = run_dir / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()
@@ -354,8 +359,8 @@ def describe(r: Run) -> str:
         peaks.append(f"VmPeak {gib(r.vm_peak)}")
     if r.cgroup_peak is not None:
         peaks.append(f"cgroup peak {gib(r.cgroup_peak)} (failcnt {r.cgroup_failcnt}, oom_kill {r.oom_kills})")
-    if r.hog_maxrss is not None:
-        peaks.append(f"hog {gib(r.hog_maxrss)}")
+    if r.hog_bytes:
+        peaks.append("browser " + ", ".join(r.hog_bytes))
     mbs = ",".join(str(m) for m in r.micro_batches)
     return (f"  guard {'on ' if r.guard else 'off'}: {r.outcome} after {r.steps} steps in {r.seconds:.0f} s; "
             + "; ".join(peaks) + f"\n             micro-batch per step [{mbs}], plan {r.plan_micro_batch}"
@@ -439,18 +444,19 @@ def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
 
 
 def hog_setup(big: Run, small: Run) -> tuple[Limit, list[tuple[int, int]], str]:
-    """A limit under which the planner picks the whole batch and the guard sees no reason to act
-    (step peak under 80% of the 80% budget), then a hog schedule: first leave the trainer 20% of
-    its footprint as headroom, then take half the difference between the two footprints more
-    than the room the whole batch leaves."""
+    """A limit under which the planner picks the whole batch and the guard has no reason to act
+    (step peak under 80% of the budget, itself 80% of the limit); then the browser's schedule:
+    first it leaves the trainer a headroom of 20% of its footprint, then it takes a quarter of
+    the difference between the whole batch's and a quarter batch's footprints beyond the room
+    the whole batch leaves."""
     footprint, lean = big.cgroup_peak, small.cgroup_peak
     limit = int(max(big.maxrss, big.estimated_peak or 0) / 0.8 / 0.8 * 1.05)
     room = limit - footprint
     first = room - footprint // 5
-    second = room + (footprint - lean) // 2
-    why = (f"the planner's budget is 80% of it; the trainer alone peaks at {gib(footprint)}, "
-           f"at micro-batch {SMALL} {gib(lean)}; the hog holds {gib(first)} after step {HOG_STEPS[0]}, "
-           f"{gib(second)} after step {HOG_STEPS[1]}")
+    second = room + (footprint - lean) // 4
+    why = (f"the planner's budget is 80% of it; the trainer alone peaks at {gib(footprint)} in the "
+           f"cgroup, at micro-batch {SMALL} at {gib(lean)}; the browser holds {gib(first)} after step "
+           f"{HOG_STEPS[0]}, {gib(second)} after step {HOG_STEPS[1]}")
     return Limit("cgroup", limit), [(HOG_STEPS[0], first), (HOG_STEPS[1], second)], why
 
 

@@ -1,6 +1,5 @@
 """The training step: refill of halted slots, persistence of the carry, exact accumulation."""
 
-import copy
 from types import SimpleNamespace
 
 import numpy as np

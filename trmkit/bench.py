@@ -55,7 +55,6 @@ CPU only (the peak it divides by is the CPU's).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import platform
 import subprocess
@@ -69,6 +68,7 @@ import numpy as np
 import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig, from_dict
+from trmkit.plan import CPU, DTYPES, autocast_factory
 from trmkit.data.store import Batch, SampleStream
 from trmkit.model.layers import swiglu_width
 from trmkit.model.trm import TRM
@@ -77,7 +77,6 @@ from trmkit.train.step import Optimizers, StepContext, TrainState, new_state, tr
 
 Log = Callable[[str], None]
 BENCH_FORMAT = 1  # bump when the meaning of a key changes; compare() refuses other versions
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MB = 1024 * 1024
 
 
@@ -242,14 +241,12 @@ def resolve(cfg: Config) -> tuple[Config, Any, int]:
 
 
 def autocast_for(dtype: str) -> Callable[[], contextlib.AbstractContextManager]:
-    if dtype == "bfloat16":
-        return functools.partial(torch.autocast, device_type="cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext
+    return autocast_factory(CPU, dtype)
 
 
 def bench_settings(cfg: Config) -> dict[str, Any]:
     """dtype, micro-batch, compile and checkpointing as the bench runs them, with reasons."""
-    if cfg.run.device == "cuda":
+    if cfg.run.device not in ("auto", CPU):
         raise ConfigError("trmkit bench measures the CPU: set run.device=cpu or auto")
     dtype = cfg.run.dtype if cfg.run.dtype in DTYPES else "float32"
     return {
@@ -269,7 +266,7 @@ def build_session(cfg: Config, settings: dict[str, Any], compile_target: str = "
     """Model, optimizers and slot state as the training loop builds them, on the CPU."""
     cfg, stream, ignore = resolve(cfg)
     torch.manual_seed(cfg.run.seed)
-    device = torch.device("cpu")
+    device = torch.device(CPU)
     model = TRM(cfg.model).to(device)
     model.grad_checkpointing = settings["grad_checkpointing"]
     if settings["compile"]:

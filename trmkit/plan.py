@@ -172,13 +172,22 @@ class Plan:
 
     @property
     def is_cpu(self) -> bool:
-        return self.device.value == "cpu"
+        return self.device.value == CPU
 
     def autocast(self):
         """A factory of the autocast context for the chosen device and dtype."""
-        if self.dtype.value == "bfloat16":
-            return functools.partial(torch.autocast, device_type=self.device.value, dtype=torch.bfloat16)
-        return contextlib.nullcontext
+        return autocast_factory(self.device.value, self.dtype.value)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # compute dtypes trmkit can plan
+CPU = "cpu"
+
+
+def autocast_factory(device: str, dtype: str):
+    """nullcontext for float32; bf16 autocast (float32 master weights) otherwise."""
+    if dtype == "bfloat16":
+        return functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 def _show(name: str, value: Any) -> str:
