@@ -18,12 +18,11 @@ import numpy as np
 import torch
 
 from trmkit import config as config_mod
-from trmkit import monitor
+from trmkit import hardware, monitor
 from trmkit.config import Config, ConfigError
-from trmkit.data.store import Split, SampleStream, eval_batches, open_split
-from trmkit.model.trm import TRM
-from trmkit import hardware
+from trmkit.data.store import SampleStream, Split, eval_batches, open_split
 from trmkit.hardware import HardwareInfo
+from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_threads, apply_to_model, make_plan
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
