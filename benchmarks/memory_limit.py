@@ -21,9 +21,13 @@ reports how each run ended and its measured peaks against the limit:
 
 The limits come from two unlimited reference runs measured first (guard off):
 the pinned micro-batch (the unguarded need) and a quarter of it (the guarded
-need). Peaks: the child's ru_maxrss (os.wait4), its VmPeak and VmHWM (written by
-the child at exit; none after SIGKILL), and for cgroups memory.max_usage_in_bytes
-(v1) or memory.peak (v2), which includes the hog, with failcnt and oom_kill.
+need). Peaks: the trainer's RSS peak is the largest of its ru_maxrss (os.wait4)
+and VmHWM/VmRSS sampled from /proc/PID/status every 10 ms: the guard resets
+the kernel's RSS high-water mark at every step (clear_refs), which ru_maxrss
+and VmHWM share, so alone they would show only the last step's peak. VmPeak
+(virtual, what RLIMIT_AS bounds) is not reset. For cgroups,
+memory.max_usage_in_bytes (v1) or memory.peak (v2), which include the other
+program, with failcnt and oom_kill.
 
     python benchmarks/memory_limit.py                      # all scenarios, ~3 min on 2 cores
     python benchmarks/memory_limit.py --scenarios pinned-rlimit
@@ -228,15 +232,15 @@ class Run:
     exit_code: int = 0  # negative: killed by that signal
     outcome: str = ""
     seconds: float = 0.0
-    maxrss: int = 0  # ru_maxrss of the trainer (bytes)
-    vm_peak: int | None = None  # VmPeak (virtual), when the trainer could write it
-    vm_hwm: int | None = None  # VmHWM (resident), idem
+    rss_peak: int = 0  # the trainer's peak RSS: ru_maxrss and 10 ms samples of VmHWM, VmRSS (bytes)
+    ru_maxrss: int = 0  # alone: reset with VmHWM by the guard at every step
+    vm_peak: int | None = None  # VmPeak (virtual): sampled, and written by the trainer at exit
     cgroup_peak: int | None = None  # whole cgroup, hog included
     cgroup_failcnt: int | None = None
     oom_kills: int | None = None
     hog_bytes: list = field(default_factory=list)  # what the other program held after each scheduled step
     steps: int = 0
-    micro_batches: list = field(default_factory=list)  # per logged step
+    micro_batches: list = field(default_factory=list)  # the guard's choice after each step
     losses: list = field(default_factory=list)  # train/loss per logged step
     guard_lines: list = field(default_factory=list)
     plan_micro_batch: int | None = None
@@ -260,12 +264,7 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
     cg = None
     if limit.kind == "cgroup":
         cg = Cgroup(cgroup_root[0], cgroup_root[1], f"trmkit-proof-{os.getpid()}-{name}", limit.bytes)
-        preexec = cg.join
-    elif limit.kind == "rlimit":
-        def preexec():
-            resource.setrlimit(resource.RLIMIT_AS, (limit.bytes, limit.bytes))
-    else:
-        preexec = None
+    preexec = cg.join if cg else (lambda: set_rlimit_as(limit.bytes)) if limit.kind == "rlimit" else None
     result = Run(name=name, guard=guard, limit=limit)
     log = open(run_dir / "output.txt", "w+")
     child = hog_proc = None
@@ -275,10 +274,12 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
                                  preexec_fn=preexec)
         if hog:
             hog_proc = start_hog(run_dir, hog, cg, log)
-        _, wstatus, usage = wait4_timeout(child, timeout)
+        wstatus, usage, sampled = wait_and_sample(child, timeout)
         result.seconds = time.perf_counter() - t0
         result.exit_code = os.waitstatus_to_exitcode(wstatus)
-        result.maxrss = usage.ru_maxrss * 1024
+        result.ru_maxrss = usage.ru_maxrss * 1024
+        result.rss_peak = max(result.ru_maxrss, sampled["VmHWM"], sampled["VmRSS"])
+        result.vm_peak = sampled["VmPeak"] or None
     finally:
         if child is not None and child.returncode is None:  # interrupted: leave nothing behind
             child.kill()
@@ -297,6 +298,10 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
     return result
 
 
+def set_rlimit_as(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (n, n))
+
+
 def start_hog(run_dir: Path, schedule, cg: Cgroup | None, log) -> subprocess.Popen:
     """The browser, in its own process group (its tabs are killed with it), in the cgroup."""
     return subprocess.Popen([sys.executable, "-c", HOG, str(run_dir / "metrics.jsonl"), json.dumps(schedule),
@@ -304,22 +309,32 @@ def start_hog(run_dir: Path, schedule, cg: Cgroup | None, log) -> subprocess.Pop
                             preexec_fn=cg.join if cg is not None else None, start_new_session=True)
 
 
-def wait4_timeout(child: subprocess.Popen, timeout: float):
-    deadline = time.monotonic() + timeout
+def wait_and_sample(child: subprocess.Popen, timeout: float) -> tuple[int, object, dict]:
+    """Wait for the child; meanwhile keep the largest VmHWM, VmRSS and VmPeak seen every 10 ms."""
+    deadline, peaks = time.monotonic() + timeout, {"VmHWM": 0, "VmRSS": 0, "VmPeak": 0}
     while True:
         pid, wstatus, usage = os.wait4(child.pid, os.WNOHANG)
         if pid:
             child.returncode = os.waitstatus_to_exitcode(wstatus)
-            return pid, wstatus, usage
+            return wstatus, usage, peaks
+        try:
+            with open(f"/proc/{child.pid}/status") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in peaks:
+                        peaks[key] = max(peaks[key], int(value.split()[0]) * 1024)
+        except (OSError, ValueError, IndexError):
+            pass
         if time.monotonic() > deadline:
             child.kill()
-        time.sleep(0.02)
+        time.sleep(0.01)
 
 
 def read_results(r: Run, run_dir: Path, status: Path, text: str) -> None:
     if status.is_file():
         vm = json.loads(status.read_text())
-        r.vm_peak, r.vm_hwm = vm.get("VmPeak"), vm.get("VmHWM")
+        r.vm_peak = max(r.vm_peak or 0, vm.get("VmPeak", 0)) or None
+        r.rss_peak = max(r.rss_peak, vm.get("VmHWM", 0))
     lines = text.splitlines()
     r.guard_lines = [line for line in lines if line.startswith("memory guard @")]
     r.hog_bytes = [line.split(": ", 1)[1] for line in lines if line.startswith("browser: ")]
@@ -354,7 +369,7 @@ def gib(n: int | None) -> str:
 
 
 def describe(r: Run) -> str:
-    peaks = [f"RSS peak {gib(r.maxrss)}"]
+    peaks = [f"RSS peak {gib(r.rss_peak)} (ru_maxrss {gib(r.ru_maxrss)})"]
     if r.vm_peak is not None:
         peaks.append(f"VmPeak {gib(r.vm_peak)}")
     if r.cgroup_peak is not None:
@@ -363,7 +378,7 @@ def describe(r: Run) -> str:
         peaks.append("browser " + ", ".join(r.hog_bytes))
     mbs = ",".join(str(m) for m in r.micro_batches)
     return (f"  guard {'on ' if r.guard else 'off'}: {r.outcome} after {r.steps} steps in {r.seconds:.0f} s; "
-            + "; ".join(peaks) + f"\n             micro-batch per step [{mbs}], plan {r.plan_micro_batch}"
+            + "; ".join(peaks) + f"\n             plan micro-batch {r.plan_micro_batch}; after each step [{mbs}]"
             + "".join(f"\n             {line[:200]}" for line in r.guard_lines))
 
 
@@ -412,7 +427,7 @@ def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
                           cgroup, src=src) for mb in (BATCH, SMALL)}
     print("unguarded footprint (no limit, guard off):")
     for mb, r in need.items():
-        print(f"  micro-batch {mb:>3}: {r.outcome}; RSS peak {gib(r.maxrss)}, VmPeak {gib(r.vm_peak)}, "
+        print(f"  micro-batch {mb:>3}: {r.outcome}; RSS peak {gib(r.rss_peak)}, VmPeak {gib(r.vm_peak)}, "
               f"cgroup peak {gib(r.cgroup_peak)}; plan estimate {gib(r.estimated_peak)}")
     results = {"references": {mb: asdict(r) for mb, r in need.items()}, "scenarios": {}}
     big, small = need[BATCH], need[SMALL]
@@ -424,7 +439,7 @@ def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
         runs = [run_train(f"pinned-rlimit-guard-{g}", out, pinned, limit, g, src=src, options=overstated)
                 for g in (True, False)]
         why = f"halfway between VmPeak {gib(small.vm_peak)} at micro-batch {SMALL} and {gib(big.vm_peak)} at {BATCH}"
-        results["scenarios"]["pinned-rlimit"] = summarize(limit, runs, why, "vm_peak")
+        results["scenarios"]["pinned-rlimit"] = summarize(limit, runs, why, "vm_peak", big)
 
     if "pinned-cgroup" in wanted:
         limit = Limit("cgroup", (big.cgroup_peak + small.cgroup_peak) // 2)
@@ -432,14 +447,14 @@ def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
                           options=overstated) for g in (True, False)]
         why = (f"halfway between the cgroup peaks {gib(small.cgroup_peak)} at micro-batch {SMALL} "
                f"and {gib(big.cgroup_peak)} at {BATCH}")
-        results["scenarios"]["pinned-cgroup"] = summarize(limit, runs, why, "cgroup_peak")
+        results["scenarios"]["pinned-cgroup"] = summarize(limit, runs, why, "cgroup_peak", big)
 
     if "hog-cgroup" in wanted:
         limit, schedule, why = hog_setup(big, small)
         steps = [f"train.max_steps={HOG_STEPS[1] + 3}"]
         runs = [run_train(f"hog-cgroup-guard-{g}", out, base + steps, limit, g, cgroup, hog=schedule, src=src)
                 for g in (True, False)]
-        results["scenarios"]["hog-cgroup"] = summarize(limit, runs, why, "cgroup_peak")
+        results["scenarios"]["hog-cgroup"] = summarize(limit, runs, why, "cgroup_peak", big)
     return results
 
 
@@ -450,7 +465,7 @@ def hog_setup(big: Run, small: Run) -> tuple[Limit, list[tuple[int, int]], str]:
     the difference between the whole batch's and a quarter batch's footprints beyond the room
     the whole batch leaves."""
     footprint, lean = big.cgroup_peak, small.cgroup_peak
-    limit = int(max(big.maxrss, big.estimated_peak or 0) / 0.8 / 0.8 * 1.05)
+    limit = int(max(big.rss_peak, big.estimated_peak or 0) / 0.8 / 0.8 * 1.05)
     room = limit - footprint
     first = room - footprint // 5
     second = room + (footprint - lean) // 4
@@ -460,14 +475,21 @@ def hog_setup(big: Run, small: Run) -> tuple[Limit, list[tuple[int, int]], str]:
     return Limit("cgroup", limit), [(HOG_STEPS[0], first), (HOG_STEPS[1], second)], why
 
 
-def summarize(limit: Limit, runs: list[Run], why: str, peak_key: str) -> dict:
+def summarize(limit: Limit, runs: list[Run], why: str, peak_key: str, reference: Run) -> dict:
+    """Proved: the guarded run completed under the limit and trained as the unlimited whole-batch
+    run did (same losses: same effective batch); the unguarded run did not complete."""
     guarded, unguarded = runs
-    proved = (guarded.outcome == "completed" and (getattr(guarded, peak_key) or 0) <= limit.bytes
+    pairs = list(zip(guarded.losses, reference.losses))
+    drift = max((abs(a - b) / abs(b) for a, b in pairs), default=float("inf"))
+    proved = (guarded.outcome == "completed" and guarded.rss_peak < limit.bytes
+              and (getattr(guarded, peak_key) or 0) <= limit.bytes and drift < 1e-4
               and unguarded.outcome != "completed")
     title = f"{guarded.name.rsplit('-guard', 1)[0]}: {'PROVED' if proved else 'NOT PROVED'}"
     print_scenario(title, limit, runs, why)
-    return {"limit": asdict(limit), "why": why, "proved": proved, "guard_on": asdict(guarded),
-            "guard_off": asdict(unguarded)}
+    print(f"  losses of the guarded run vs the unlimited run at micro-batch {BATCH}, first {len(pairs)} "
+          f"steps: largest relative difference {drift:.1e}")
+    return {"limit": asdict(limit), "why": why, "proved": proved, "loss_drift": drift,
+            "guard_on": asdict(guarded), "guard_off": asdict(unguarded)}
 
 
 if __name__ == "__main__":

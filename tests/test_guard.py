@@ -26,9 +26,9 @@ def test_divisors_upto():
 
 def test_shrinks_over_threshold_and_keeps_the_effective_batch():
     g = guard()
-    # 2 GiB at rest, +2 GiB during the step at micro-batch 64: 4 GiB > 80% of 4 GiB
-    mb = g.observe(10, Reading(rss=2 * GiB, step_peak=4 * GiB, headroom=20 * GiB))
-    # room for 0.8*4 - 2 = 1.2 GiB of transient at 32 MiB per slot -> 38 slots -> divisor 32
+    # 2 GiB at rest, +2.5 GiB during the step at micro-batch 64: 4.5 GiB > the 4 GiB budget
+    mb = g.observe(10, Reading(rss=2 * GiB, step_peak=4.5 * GiB, headroom=20 * GiB))
+    # room for 4 - 2 = 2 GiB of transient at 40 MiB per slot -> 51 slots -> divisor 32
     assert mb == 32 and 256 % mb == 0
     assert g.adjustments[0]["from"] == 64 and g.adjustments[0]["to"] == 32
     assert g.adjustments[0]["accumulation"] == 8
@@ -97,3 +97,30 @@ def test_peak_reader_sees_a_transient_allocation():
     if reader.can_reset:  # Linux: VmHWM
         assert r.step_peak - r.rss > 48 * MiB
     assert r.headroom > 0
+
+
+class FixedReader:
+    def __init__(self, reading):
+        self.reading, self.released = reading, 0
+
+    def read(self):
+        return self.reading
+
+    def release(self):
+        self.released += 1
+
+
+def test_preflight_shrinks_before_the_first_step_from_the_plan_estimate():
+    reader = FixedReader(Reading(rss=1 * GiB, step_peak=1 * GiB, headroom=20 * GiB))
+    g = guard(reader=reader, slot_bytes=64 * MiB)
+    # the plan predicts 1 GiB + 64 x 64 MiB = 5 GiB at micro-batch 64: over the 4 GiB budget
+    assert g.preflight(5 * GiB) == 32  # (4 - 1) GiB / 64 MiB = 48 slots -> divisor 32
+    assert reader.released == 1  # freed heap goes back to the OS after a shrink
+
+
+def test_other_programs_eating_shared_headroom_make_it_shrink():
+    g = guard(mb=64)
+    # 1 GiB resting, 0.5 GiB transient: fine under the 4 GiB budget, but a browser left only
+    # 0.6 GiB of shared headroom: 80% of (1 + 0.6) GiB = 1.28 GiB < the 1.5 GiB peak
+    r = Reading(rss=1 * GiB, step_peak=1.5 * GiB, headroom=8 * GiB, shared_headroom=0.6 * GiB)
+    assert g.observe(7, r) < 64

@@ -2,14 +2,25 @@
 
 At every step boundary the guard reads (cheaply, ~0.1 ms) the process RSS,
 the peak RSS of the step that just ended (Linux VmHWM, reset after each read
-through /proc/self/clear_refs), and the headroom left under the effective
-limit (system available, cgroup limit, RLIMIT_AS; see hardware.py). The
-transient memory of a step (peak - resting RSS) scales with the micro-batch.
+through /proc/self/clear_refs; so a guarded process's ru_maxrss and VmHWM
+only cover the time since the last step), and the headroom left under the
+effective limit (system available, cgroup limit, RLIMIT_AS; see hardware.py).
+The transient memory of a step (peak - resting RSS) scales with the micro-batch.
 
-- Shrink: when the predicted peak of the next step exceeds `threshold` of the
-  budget, or its transient would not fit in `threshold` of the headroom, the
-  micro-batch becomes the largest divisor of the global batch that fits;
-  accumulation rises so the effective batch never changes.
+- Shrink: when the predicted peak of the next step exceeds the budget (the
+  planner's ceiling, itself 80% of the limit by default) or `threshold` of what
+  this process could hold now under the limits it shares with other processes
+  (RSS + system or cgroup headroom: a browser opening tabs lowers it), or its
+  transient would not fit in `threshold` of the headroom, the micro-batch
+  becomes the largest divisor of the global batch that fits; accumulation
+  rises so the effective batch never changes. The freed heap is then returned
+  to the OS (glibc malloc_trim): glibc keeps freed chunks, so without it a
+  smaller micro-batch would free nothing for the others. For the same reason
+  the measured transient can be near zero; the plan's per-slot estimate is
+  then the floor.
+- Before the first step (`preflight`): the same check with the plan's
+  predicted peak. Under a cgroup a first step that does not fit is killed by
+  the kernel, not failed: there would be nothing to retry.
 - Retry: when an allocation fails anyway, the step is retried at half the
   micro-batch (see train_step's on_oom).
 - Grow back: after `grow_after` consecutive steps well under the threshold,
@@ -19,6 +30,8 @@ Every change is logged with its numbers and kept in `adjustments`.
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,6 +46,7 @@ class Reading:
     rss: int  # resting RSS at the step boundary (bytes)
     step_peak: int  # peak RSS during the last step (bytes); rss when unknown
     headroom: int  # bytes still allocatable under the effective limit
+    shared_headroom: int | None = None  # the part other processes draw from too (RLIMIT_AS left out)
 
 
 def divisors_upto(n: int, limit: int) -> int:
@@ -41,6 +55,14 @@ def divisors_upto(n: int, limit: int) -> int:
         if n % d == 0:
             return d
     return 1
+
+
+def trim_heap() -> bool:
+    """Return free heap memory to the OS (glibc malloc_trim); False where there is none."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc: macOS, musl, Windows
+        return False
 
 
 class PeakReader:
@@ -67,6 +89,12 @@ class PeakReader:
         hwm, rss = re.search(r"VmHWM:\s+(\d+)", text), re.search(r"VmRSS:\s+(\d+)", text)
         return (int(hwm.group(1)) * 1024, int(rss.group(1)) * 1024) if hwm and rss else None
 
+    def release(self) -> None:
+        """Return freed memory to the OS, then restart the peak from the lower RSS."""
+        trim_heap()
+        if self.can_reset:
+            self._reset()
+
     def read(self) -> Reading:
         sample = hardware.read_memory_now(self.memory_info)
         status = self._status() if self.can_reset else None
@@ -74,7 +102,8 @@ class PeakReader:
         if self.can_reset:
             self._reset()
         return Reading(rss=sample.rss, step_peak=max(peak, sample.rss),
-                       headroom=hardware.effective_available(sample))
+                       headroom=hardware.effective_available(sample),
+                       shared_headroom=hardware.effective_available(dataclasses.replace(sample, rlimit_as=None)))
 
 
 @dataclass
@@ -87,6 +116,7 @@ class MemoryGuard:
     grow_after: int = 50
     log: Callable[[str], None] = print
     reader: PeakReader | None = None  # what the loop reads at each step boundary
+    slot_bytes: int = 0  # the plan's estimate of one micro-batch slot: floor of the measured one
     adjustments: list[dict] = field(default_factory=list)
     _calm_steps: int = 0
 
@@ -99,20 +129,35 @@ class MemoryGuard:
                                  "accumulation": self.batch_size // new, "reason": reason,
                                  "message": message})
         self.log(message)
+        if new < old and self.reader is not None:
+            self.reader.release()
+
+    def preflight(self, predicted_peak: int) -> int:
+        """Before step 1: the plan's predicted peak against what is free now."""
+        r = self.reader.read()
+        return self.observe(0, dataclasses.replace(r, step_peak=max(predicted_peak, r.rss)))
 
     def observe(self, step: int, r: Reading) -> int:
         """Decide the micro-batch of the next step from the last step's reading."""
         transient = max(0, r.step_peak - r.rss)
         per_slot = transient / max(1, self.micro_batch)
-        limit_peak = self.threshold * self.budget
+        shared = r.headroom if r.shared_headroom is None else r.shared_headroom
+        limit_peak = min(self.budget, self.threshold * (r.rss + shared))
         limit_transient = min(limit_peak - r.rss, self.threshold * r.headroom)
         if transient > limit_transient and self.micro_batch > 1:
-            fit = int(max(0, limit_transient) // max(per_slot, 1))
-            new = divisors_upto(self.batch_size, min(fit, self.micro_batch - 1))
+            fit = self.micro_batch - 1
+            if transient > self.threshold * r.headroom:
+                fit = min(fit, int(self.threshold * r.headroom // max(per_slot, 1)))
+            if r.step_peak > limit_peak:  # all of the activations must go, not only the measured part
+                slot = max(per_slot, self.slot_bytes)
+                rest = r.step_peak - self.micro_batch * slot
+                fit = min(fit, int(max(0, limit_peak - rest) // max(slot, 1)))
+            new = divisors_upto(self.batch_size, fit)
             self._calm_steps = 0
-            self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs "
-                         f"{self.threshold:.0%} of budget {self.budget / GiB:.2f} GiB, "
-                         f"headroom {r.headroom / GiB:.2f} GiB, {per_slot / 2**20:.1f} MiB per slot")
+            self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs min(budget "
+                         f"{self.budget / GiB:.2f} GiB, {self.threshold:.0%} of RSS + shared headroom "
+                         f"{(r.rss + shared) / GiB:.2f} GiB), headroom {r.headroom / GiB:.2f} GiB, "
+                         f"{per_slot / 2**20:.1f} MiB per slot")
             return self.micro_batch
         if self.micro_batch < self.max_micro_batch and transient * 2 < 0.5 * limit_transient:
             self._calm_steps += 1

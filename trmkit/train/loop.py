@@ -111,21 +111,26 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
         f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
     opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
     apply_to_model(plan, model)
-    ctx = StepContext(micro_batch=int(plan.micro_batch.value),
+    state = new_state(model, cfg.train.batch_size, cfg.model.seq_len, device)
+    guard = make_guard(cfg, plan, hw, log)  # after model and state exist: its first check reads the RSS
+    ctx = StepContext(micro_batch=guard.micro_batch if guard else int(plan.micro_batch.value),
                       ignore_label_id=train_split.meta.ignore_label_id,
                       device=device, autocast=plan.autocast())
-    return Session(cfg=cfg, plan=plan, model=model, opts=opts,
-                   state=new_state(model, cfg.train.batch_size, cfg.model.seq_len, device),
+    return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
                    stream=SampleStream(train_split, cfg.run.seed), train_split=train_split,
-                   test_split=test_split, ctx=ctx, guard=make_guard(cfg, plan, hw, log))
+                   test_split=test_split, ctx=ctx, guard=guard)
 
 
 def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log) -> MemoryGuard | None:
     if not cfg.run.memory_guard or not plan.is_cpu or not plan.budget.value:
         return None
-    mb = int(plan.micro_batch.value)
-    return MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
-                       max_micro_batch=mb, log=log, reader=PeakReader(hw.memory))
+    mb, est = int(plan.micro_batch.value), plan.estimate
+    guard = MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
+                        max_micro_batch=mb, log=log, reader=PeakReader(hw.memory),
+                        slot_bytes=est.micro_per_slot if est else 0)
+    if est is not None:  # a first step that does not fit is OOM-killed under a cgroup, not retried
+        guard.preflight(est.train_peak)
+    return guard
 
 
 def run_eval(s: Session, limit: int | None = None) -> dict[str, float]:
