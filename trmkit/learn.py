@@ -74,6 +74,9 @@ class LearnSet:
                 "min_guesses": 0, "max_guesses": None, "seed": self.seed, "require_unique": True}
 
 
+FIXED_SET = LearnSet()  # the set `trmkit bench --learn` measures on
+
+
 def recorded_args(data_dir: Path, keys) -> dict[str, Any] | None:
     """The build arguments stored in data_dir/train/meta.json (None: no readable store)."""
     try:
@@ -136,10 +139,10 @@ class Point:
 
 
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | None = None,
-                   data_dir: str | Path = DEFAULT_DATA_DIR, spec: LearnSet = LearnSet(), log: Log = print,
+                   data_dir: str | Path = DEFAULT_DATA_DIR, spec: LearnSet | None = None, log: Log = print,
                    cache_dir: Path | None = None) -> list[Point]:
-    """Train cfg for `minutes` of training time on the fixed set; evaluate at each mark."""
-    schedule = marks(minutes, every)
+    """Train cfg for `minutes` of training time on the fixed set (default FIXED_SET); evaluate at each mark."""
+    schedule, spec = marks(minutes, every), spec or FIXED_SET
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
     s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir)

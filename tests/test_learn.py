@@ -1,0 +1,130 @@
+"""`trmkit bench --learn`: a tiny config on a tiny fixed set for a few seconds of training.
+
+The real set (1000 + 200 puzzles, aug 8) takes ~20 s to build, so the tests swap
+learn.FIXED_SET for a 12 + 4 puzzle set with monkeypatch.
+"""
+
+import contextlib
+import io
+import json
+import time
+
+import pytest
+
+from trmkit import cli, hardware, learn
+from trmkit import config as config_mod
+from trmkit.config import ConfigError
+from trmkit.train import loop
+
+TINY = """
+run: {seed: 0, threads: 1, dtype: float32, compile: "off"}
+model: {mixer: mlp_t, hidden_size: 32, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
+train: {batch_size: 8, lr: 1.0e-3, warmup_steps: 2, ema_decay: 0.9, ema_warmup: true, max_steps: 5}
+"""
+SMALL = learn.LearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=3)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two CLI runs on the same --data-dir: --json (builds the set), then the table (reuses it)."""
+    root = tmp_path_factory.mktemp("learn")
+    (root / "tiny.yaml").write_text(TINY)
+    outputs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(learn, "FIXED_SET", SMALL)
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        for extra in (["--json"], []):
+            args = ["bench", "--learn", "0.02", "--every", "0.01", str(root / "tiny.yaml"),
+                    "--data-dir", str(root / "data"), *extra]
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = cli.main(args)
+            outputs.append((code, out.getvalue(), err.getvalue()))
+    return root, outputs
+
+
+def test_curve_has_increasing_points_with_metrics_in_range(runs):
+    _, outputs = runs
+    code, out, err = outputs[0]
+    assert code == 0, err
+    points = json.loads(out)
+    assert len(points) >= 2  # marks at 0.01 and 0.02 min
+    minutes = [p["minutes"] for p in points]
+    assert minutes == sorted(minutes) and len(set(minutes)) == len(minutes)
+    assert minutes[0] >= 0.01 and minutes[-1] >= 0.02  # trained at least up to each mark
+    steps = [p["steps"] for p in points]
+    assert steps == sorted(steps) and steps[0] >= 1 and len(set(steps)) == len(steps)
+    for p in points:
+        assert p["samples"] == 8 * p["steps"]  # batch 8: one slot update per slot per step
+        for key in ("blank_accuracy", "exact_accuracy", "cell_accuracy"):
+            assert 0.0 <= p[key] <= 1.0, (key, p)
+        assert p["wall_minutes"] >= p["minutes"]
+    assert "building" in err and "= train.max_steps" in err  # step 5 passed: the lr note is printed
+
+
+def test_second_run_reuses_the_set_and_prints_a_table(runs):
+    _, outputs = runs
+    code, out, err = outputs[1]  # without --json the progress lines go to stdout too
+    assert code == 0, err
+    assert "reusing" in out and "building" not in out
+    header = next(i for i, line in enumerate(out.splitlines()) if line.startswith("minutes "))
+    lines = out.splitlines()[header:]
+    assert lines[0].split()[:6] == ["minutes", "steps", "samples", "blank_acc", "exact_acc", "cell_acc"]
+    assert len(lines) == 2 + 2 + 1  # header, rule, two points, the note
+    assert "evaluation (eval_s) is not counted" in lines[-1]
+
+
+def test_the_set_is_rebuilt_when_its_arguments_differ(runs):
+    root, _ = runs
+    data = root / "data"
+    assert learn.ensure_dataset(SMALL, data, log=lambda m: None) is False
+    before = (data / "test" / "inputs.npy").read_bytes()
+    notes = []
+    other = learn.LearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=4)
+    assert learn.ensure_dataset(other, data, log=notes.append) is True
+    assert any("seed: 3 -> 4" in n for n in notes), notes
+    assert (data / "test" / "inputs.npy").read_bytes() != before
+    assert learn.ensure_dataset(other, data, log=lambda m: None) is False
+
+
+def test_a_directory_that_is_not_a_store_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a trmkit store"):
+        learn.ensure_dataset(SMALL, tmp_path, log=lambda m: None)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_evaluation_time_is_not_counted_as_training(runs, monkeypatch):
+    root, _ = runs
+    real_eval = loop.run_eval
+
+    def slow_eval(s, limit=None):
+        time.sleep(1.5)
+        return real_eval(s, limit)
+
+    monkeypatch.setattr(loop, "run_eval", slow_eval)
+    cfg = config_mod.load(root / "tiny.yaml")
+    points = learn.learning_curve(cfg, hardware.probe(), 0.02, 0.01, root / "data", SMALL, log=lambda m: None)
+    assert [p.eval_seconds >= 1.5 for p in points] == [True, True]
+    # 1.2 s of training; had the first 1.5 s evaluation counted, the second point would be >= 2.1 s
+    assert 1.2 <= points[1].minutes * 60 < 2.0
+    assert points[1].steps > points[0].steps + 1
+    assert points[1].wall_minutes * 60 >= 1.2 + 2 * 1.5
+
+
+def test_marks():
+    assert learn.marks(1.0) == [0.25, 0.5, 0.75, 1.0]
+    assert learn.marks(1.0, 0.4) == pytest.approx([0.4, 0.8, 1.0])
+    assert learn.marks(15, 5) == [5, 10, 15]
+    assert learn.marks(0.1, 1.0) == [0.1]
+    for minutes, every in ((0, None), (1.0, 0), (-1, 1)):
+        with pytest.raises(ConfigError):
+            learn.marks(minutes, every)
+
+
+def test_step_bench_options_are_refused_with_learn_and_the_reverse(tmp_path, capsys):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--every", "1"]) == 2
+    assert "need --learn" in capsys.readouterr().err
+    assert cli.main(["bench", "--learn", "1", str(tmp_path / "tiny.yaml"), "--save", "x.json"]) == 2
+    assert "not to --learn" in capsys.readouterr().err
