@@ -68,18 +68,9 @@ data: {eval_limit: 6}
 """ % BATCH
 
 # The trainer: `trmkit train ARGS`, writing its own Vm* high-water marks at exit
-# (atexit also runs after an uncaught exception; not after SIGKILL).
-CHILD = """\
-import atexit, json, sys
-def report(path=sys.argv[1]):
-    with open("/proc/self/status") as f:
-        vm = {k: int(v.split()[0]) * 1024 for k, v in (l.split(":", 1) for l in f) if k.startswith("Vm")}
-    with open(path, "w") as f:
-        json.dump(vm, f)
-atexit.register(report)
-from trmkit.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
+# (atexit also runs after an uncaught exception; not after SIGKILL). One copy, in the test.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.test_memory_limit
+from tests.test_memory_limit import CHILD  # noqa: E402
 
 # The other program: a browser whose tabs are processes (as Chrome's and Firefox's are).
 # When the trainer's metrics.jsonl shows each step of its schedule, it opens tabs of

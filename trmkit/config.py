@@ -114,7 +114,7 @@ class RunConfig:
 
     dir: str = "runs/default"  # run directory: config, metrics, summary, checkpoints
     seed: int = 0
-    device: str = "auto"  # "auto", "cpu" or "cuda"
+    device: str = "auto"  # auto, or a torch device type: cpu or cuda
     dtype: str = "auto"  # "auto", "float32" or "bfloat16" (autocast)
     threads: int = 0  # intra-op threads (0 = planner decides)
     compile: str = "auto"  # "auto", "on" or "off"

@@ -211,14 +211,6 @@ class SystemSampler:
         }
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (affinity where the OS reports it)."""
-    try:
-        return len(psutil.Process().cpu_affinity())
-    except (AttributeError, psutil.Error):  # macOS has no cpu_affinity
-        return psutil.cpu_count(logical=True) or 1
-
-
 # --------------------------------------------------------------------------- progress line
 
 
