@@ -1,6 +1,6 @@
 """`trmkit bench --learn`: a tiny config on a tiny fixed set for a few seconds of training.
 
-The real set (1000 + 200 puzzles, aug 8) takes ~20 s to build, so the tests swap
+The real set (1000 + 200 puzzles, aug 100) takes ~20 s to build, so the tests swap
 learn.FIXED_SET for a 12 + 4 puzzle set with monkeypatch.
 """
 
@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,14 +27,15 @@ SMALL = learn.LearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two CLI runs on the same --data-dir: --json (builds the set), then the table (reuses it)."""
+    """Two CLI runs on the same --data-dir: --json (builds the set; the lr schedule fitted to the
+    budget), then the table (reuses the set; the config's schedule)."""
     root = tmp_path_factory.mktemp("learn")
     (root / "tiny.yaml").write_text(TINY)
     outputs = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(learn, "FIXED_SET", SMALL)
         mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-        for extra in (["--json"], []):
+        for extra in (["--json"], ["--schedule", "config"]):
             args = ["bench", "--learn", "0.02", "--every", "0.01", str(root / "tiny.yaml"),
                     "--data-dir", str(root / "data"), *extra]
             out, err = io.StringIO(), io.StringIO()
@@ -59,7 +61,7 @@ def test_curve_has_increasing_points_with_metrics_in_range(runs):
         for key in ("blank_accuracy", "exact_accuracy", "cell_accuracy"):
             assert 0.0 <= p[key] <= 1.0, (key, p)
         assert p["wall_minutes"] >= p["minutes"]
-    assert "building" in err and "= train.max_steps" in err  # step 5 passed: the lr note is printed
+    assert "building" in err and "learn: schedule: train.max_steps=" in err  # fitted after 0.6 s
 
 
 def test_second_run_reuses_the_set_and_prints_a_table(runs):
@@ -67,6 +69,7 @@ def test_second_run_reuses_the_set_and_prints_a_table(runs):
     code, out, err = outputs[1]  # without --json the progress lines go to stdout too
     assert code == 0, err
     assert "reusing" in out and "building" not in out
+    assert "= train.max_steps" in out and "learn: schedule" not in out  # step 5 passed: the lr note
     header = next(i for i, line in enumerate(out.splitlines()) if line.startswith("minutes "))
     lines = out.splitlines()[header:]
     assert lines[0].split()[:6] == ["minutes", "steps", "samples", "blank_acc", "exact_acc", "cell_acc"]
@@ -117,6 +120,13 @@ def test_marks():
     assert learn.marks(1.0, 0.4) == pytest.approx([0.4, 0.8, 1.0])
     assert learn.marks(15, 5) == [5, 10, 15]
     assert learn.marks(0.1, 1.0) == [0.1]
+    assert learn.marks(60, [30, 15, 90]) == [15, 30, 60]
+    assert learn.parse_every("15,30") == [15.0, 30.0] and learn.parse_every("2.5") == 2.5
+    assert learn.parse_every(None) is None
+    with pytest.raises(ConfigError, match="--every 15,soon"):
+        learn.parse_every("15,soon")
+    with pytest.raises(ConfigError, match="every mark must be > 0"):
+        learn.marks(60, [0, 30])
     for minutes, every in ((0, None), (1.0, 0), (-1, 1)):
         with pytest.raises(ConfigError):
             learn.marks(minutes, every)
@@ -126,5 +136,24 @@ def test_step_bench_options_are_refused_with_learn_and_the_reverse(tmp_path, cap
     (tmp_path / "tiny.yaml").write_text(TINY)
     assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--every", "1"]) == 2
     assert "need --learn" in capsys.readouterr().err
+    assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--schedule", "config"]) == 2
+    assert "need --learn" in capsys.readouterr().err
     assert cli.main(["bench", "--learn", "1", str(tmp_path / "tiny.yaml"), "--save", "x.json"]) == 2
     assert "not to --learn" in capsys.readouterr().err
+
+
+def test_the_schedule_is_fitted_to_what_remains_of_the_budget():
+    s = SimpleNamespace(state=SimpleNamespace(step=10), cfg=config_mod.from_dict({}))
+    notes = []
+    learn.fit_schedule(s, now_s=30.0, per_step=0.5, timed_steps=9, budget_s=60.0, log=notes.append)
+    assert s.cfg.train.max_steps == 10 + 60  # 30 s left at 0.5 s/step
+    assert "train.max_steps=70" in notes[0] and "0.500 s/step" in notes[0]
+    learn.fit_schedule(s, now_s=59.9, per_step=0.5, timed_steps=9, budget_s=60.0, log=notes.append)
+    assert s.cfg.train.max_steps == 11  # never behind the current step
+
+
+def test_an_unknown_schedule_is_refused(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    cfg = config_mod.load(tmp_path / "tiny.yaml")
+    with pytest.raises(ConfigError, match="--schedule weekly"):
+        learn.learning_curve(cfg, hardware.probe(), 0.02, None, tmp_path / "d", SMALL, schedule="weekly")

@@ -20,7 +20,7 @@ lookups and the optimizer are not counted.
 
     S = puzzle_emb_len + seq_len, L = seq_len, D = hidden_size, V = vocab_size,
     w(d) = swiglu_width(d, expansion)  (layers.py: expansion*2/3*d rounded up to 256)
-    SwiGLU over t rows of d features: gate_up 2*t*d*2w + down 2*t*w*d = 6*t*d*w(d)
+    SwiGLU over t rows of d features: gate 2*t*d*w + up 2*t*d*w + down 2*t*w*d = 6*t*d*w(d)
     one call of the shared network, per layer:
         mlp_t:     6*D*S*w(S)    sequence mixer (D rows of S features, transposed)
                  + 6*S*D*w(D)    channel SwiGLU
@@ -94,7 +94,7 @@ class FlopCount:
 
 
 def swiglu_flops(rows: int, d: int, width: int) -> int:
-    """gate_up (rows,d)x(d,2w) + down (rows,w)x(w,d) = 6*rows*d*w."""
+    """gate and up (rows,d)x(d,w) each + down (rows,w)x(w,d) = 6*rows*d*w."""
     return 2 * rows * d * 2 * width + 2 * rows * width * d
 
 
@@ -176,10 +176,11 @@ def model_gemms(cfg: ModelConfig, batch: int) -> list[Gemm]:
     fc = flops_per_sample(cfg)
     fwd, bwd = cfg.L_layers * (fc.calls_no_grad + fc.calls_grad), cfg.L_layers * fc.calls_grad
     wd = swiglu_width(D, e)
-    linears = [("mlp.gate_up", batch * S, D, 2 * wd), ("mlp.down", batch * S, wd, D)]
+    linears = [("mlp.gate", batch * S, D, wd), ("mlp.up", batch * S, D, wd), ("mlp.down", batch * S, wd, D)]
     if cfg.mixer == "mlp_t":
         ws = swiglu_width(S, e)
-        linears += [("mix.gate_up", batch * D, S, 2 * ws), ("mix.down", batch * D, ws, S)]
+        linears += [("mix.gate", batch * D, S, ws), ("mix.up", batch * D, S, ws),
+                    ("mix.down", batch * D, ws, S)]
     else:
         linears += [("attn.qkv", batch * S, D, 3 * D), ("attn.out", batch * S, D, D)]
     gemms = []

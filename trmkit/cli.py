@@ -194,12 +194,16 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="with run.compile=on: compile model.net or the whole model")
     p.add_argument("--learn", type=float, metavar="MINUTES", default=None,
                    help="instead of timing steps: train CONFIG for MINUTES of training time on a fixed "
-                        "generated Sudoku set (1000 puzzles with 24-26 givens x 8 augmentations, 200 held out) "
+                        "generated Sudoku set (1000 puzzles with 24-26 givens x 100 augmentations, 200 held out) "
                         "and report held-out blank-cell and exact-puzzle accuracy along the way")
-    p.add_argument("--every", type=float, metavar="MINUTES", default=None,
-                   help="with --learn: evaluate every MINUTES of training time (default: --learn / 4)")
+    p.add_argument("--every", metavar="MINUTES", default=None,
+                   help="with --learn: evaluate every MINUTES of training time (default: --learn / 4), "
+                        "or at a list of marks, e.g. 15,30 (and always at the end)")
     p.add_argument("--data-dir", default=None,
                    help="with --learn: where the fixed set is built or reused (default: data/learn-sudoku)")
+    p.add_argument("--schedule", choices=("budget", "config"), default=None,
+                   help="with --learn: 'budget' (default) fits train.max_steps, and with it the lr cosine, "
+                        "to MINUTES from the speed of the first 30 s; 'config' keeps the config's")
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -212,12 +216,13 @@ def _run_bench(args: argparse.Namespace) -> int:
 
         if args.compare or args.save:
             raise ConfigError("--compare and --save apply to the step benchmark, not to --learn")
-        points = learn.learning_curve(cfg, hardware.probe(), args.learn, args.every,
-                                      args.data_dir or learn.DEFAULT_DATA_DIR, log=log, cache_dir=_cache_dir())
+        points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
+                                      args.data_dir or learn.DEFAULT_DATA_DIR, log=log, cache_dir=_cache_dir(),
+                                      schedule=args.schedule or "budget")
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
         return 0
-    if args.every is not None or args.data_dir is not None:
-        raise ConfigError("--every and --data-dir need --learn MINUTES")
+    if args.every is not None or args.data_dir is not None or args.schedule is not None:
+        raise ConfigError("--every, --data-dir and --schedule need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
                              compile_target=args.compile_target, log=log)

@@ -108,6 +108,9 @@ class TrainConfig:
             raise ConfigError("train.ema_decay must be in [0, 1)")
 
 
+SWITCH = ("auto", "on", "off")
+
+
 @dataclass
 class RunConfig:
     """Where results go and how the run is executed."""
@@ -121,6 +124,13 @@ class RunConfig:
     grad_checkpointing: str = "auto"  # "auto", "on" or "off": recompute activations in backward
     memory_budget: str = ""  # e.g. "6GB"; empty = 80% of the effective limit minus what is in use
     memory_guard: bool = True  # shrink the micro-batch before memory runs out
+
+    def __post_init__(self) -> None:
+        for key, allowed in (("dtype", ("auto", "float32", "bfloat16")), ("compile", SWITCH),
+                             ("grad_checkpointing", SWITCH)):
+            value = getattr(self, key)
+            if value not in allowed:
+                raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")
 
 
 @dataclass
@@ -169,6 +179,8 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
         except (TypeError, ValueError):
             pass
     elif isinstance(default, str):
+        if isinstance(value, bool):  # YAML 1.1 reads an unquoted on/off/yes/no as a bool
+            return "on" if value else "off"
         return str(value)
     raise ConfigError(f"{key}={value!r}: expected {type(default).__name__}")
 

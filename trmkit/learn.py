@@ -17,15 +17,20 @@ How time is counted:
   past each mark, so its `minutes` is the time actually trained (at most
   one step past the mark), never the nominal mark; every point has at
   least one more step than the one before.
-- Only the budget stops training, not train.max_steps. The learning rate
-  follows the config's schedule (warm-up, then cosine over train.max_steps);
-  past max_steps it stays at lr * lr_min_ratio. Pass train.max_steps=N to
-  spread the schedule over the budget.
+- Only the budget stops training, not train.max_steps. By default
+  (`schedule="budget"`) the learning-rate schedule is fitted to the budget:
+  after FIT_AFTER_S seconds of training the driver measures seconds per step
+  and sets train.max_steps to the steps the whole budget allows, so the
+  cosine ends when the budget does (printed with the measured speed; a later
+  slowdown leaves the lr above its floor at the end, a speed-up puts it on
+  the floor early). With `schedule="config"` the config's train.max_steps is
+  kept, and past it the lr stays at lr * lr_min_ratio.
 - Evaluation uses the EMA weights when EMA is on (as `run_eval` does), on
   every held-out puzzle (data.eval_limit is set to 0).
 
 The fixed set (`LearnSet`, defaults): 1000 training puzzles with 24-26
-givens, each with 8 augmented copies (9000 training examples), and 200
+givens, each with 100 augmented copies (101,000 training examples; the
+stream draws one copy per puzzle per epoch), and 200
 held-out puzzles (not augmented), generated with seed 0; every puzzle has
 exactly one solution. It is reused when the directory's meta.json records
 the same build arguments, and rebuilt otherwise.
@@ -50,6 +55,8 @@ from trmkit.train.step import train_step
 
 Log = Callable[[str], None]
 DEFAULT_DATA_DIR = "data/learn-sudoku"
+SCHEDULES = ("budget", "config")
+FIT_AFTER_S = 30.0  # training seconds timed before the lr schedule is fitted to the budget
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class LearnSet:
     train_puzzles: int = 1000  # generated puzzles in the training split
     test_puzzles: int = 200  # held-out puzzles (never augmented)
     givens: str = "24-26"  # givens per puzzle: N or A-B
-    aug: int = 8  # augmented copies per training puzzle (digit relabelling, transposition, row/column moves)
+    aug: int = 100  # augmented copies per training puzzle (digit relabelling, transposition, row/column moves)
     seed: int = 0  # generator and split seed
 
     def __post_init__(self) -> None:
@@ -109,14 +116,34 @@ def ensure_dataset(spec: LearnSet, data_dir: str | Path, log: Log = print) -> bo
     return True
 
 
-def marks(minutes: float, every: float | None = None) -> list[float]:
-    """Training-time marks in minutes: every, 2*every, ... below minutes, then minutes."""
+def marks(minutes: float, every: float | list[float] | None = None) -> list[float]:
+    """Training-time marks in minutes, ending with `minutes`.
+
+    every: a period (every, 2*every, ... below minutes), or a list of marks
+    (those below minutes, sorted); None means minutes / 4.
+    """
     every = minutes / 4 if every is None else every
+    if isinstance(every, list):
+        if minutes <= 0 or any(m <= 0 for m in every):
+            raise ConfigError(f"--learn {minutes} --every {','.join(f'{m:g}' for m in every)}: "
+                              "every mark must be > 0 minutes")
+        return sorted({m for m in every if m < minutes - 1e-9}) + [minutes]
     if minutes <= 0 or every <= 0:
         raise ConfigError(f"--learn {minutes} --every {every}: both must be > 0 minutes")
     count = int(minutes / every + 1e-9)
     out = [k * every for k in range(1, count + 1) if k * every < minutes - 1e-9]
     return out + [minutes]
+
+
+def parse_every(text: str | None) -> float | list[float] | None:
+    """--every: '5' (a period) or '15,30' (the marks themselves), in minutes."""
+    if text is None:
+        return None
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--every {text}: write minutes, e.g. 5, or a list of marks, e.g. 15,30") from None
+    return values if "," in text else values[0]
 
 
 @dataclass
@@ -126,7 +153,7 @@ class Point:
     minutes: float  # training time so far, evaluation excluded
     steps: int  # optimizer steps
     samples: int  # slot updates (steps x batch_size), as samples/s counts them
-    samples_started: int  # training examples drawn from the set (9000 per epoch with the defaults)
+    samples_started: int  # training examples drawn from the set (one copy of each of the 1000 puzzles per epoch)
     blank_accuracy: float  # held-out cells that were blank in the puzzle
     exact_accuracy: float  # held-out puzzles with every cell right
     cell_accuracy: float  # every held-out cell, givens included
@@ -138,23 +165,41 @@ class Point:
     load_average: float  # the machine's 1-minute load average at this point
 
 
-def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | None = None,
+def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
                    data_dir: str | Path = DEFAULT_DATA_DIR, spec: LearnSet | None = None, log: Log = print,
-                   cache_dir: Path | None = None) -> list[Point]:
+                   cache_dir: Path | None = None, schedule: str = "budget") -> list[Point]:
     """Train cfg for `minutes` of training time on the fixed set (default FIXED_SET); evaluate at each mark."""
-    schedule, spec = marks(minutes, every), spec or FIXED_SET
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
+    points_at, spec = marks(minutes, every), spec or FIXED_SET
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
     s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir)
-    log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in schedule)} min "
+    log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
         f"on {len(s.test_split)} held-out puzzles; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
-    return run_curve(s, [60 * m for m in schedule], log)
+    fit_at = min(FIT_AFTER_S, 30.0 * minutes) if schedule == "budget" else None
+    return run_curve(s, [60 * m for m in points_at], log, fit_at)
 
 
-def run_curve(s: loop.Session, marks_s: list[float], log: Log = print) -> list[Point]:
-    """Steps until each mark (seconds of training time), then an evaluation."""
+def fit_schedule(s: loop.Session, now_s: float, per_step: float, timed_steps: int, budget_s: float,
+                 log: Log) -> None:
+    """Set train.max_steps so that the lr schedule ends with the budget, at the speed measured so far."""
+    total = max(s.state.step + 1, s.state.step + int((budget_s - now_s) / per_step))
+    s.cfg = config_mod.replace(s.cfg, "train", max_steps=total)
+    log(f"learn: schedule: train.max_steps={total} (measured {per_step:.3f} s/step over steps 2-"
+        f"{timed_steps + 1}; the cosine now ends with the {budget_s / 60:g}-minute budget)")
+
+
+def run_curve(s: loop.Session, marks_s: list[float], log: Log = print,
+              fit_at: float | None = None) -> list[Point]:
+    """Steps until each mark (seconds of training time), then an evaluation.
+
+    fit_at: after that many seconds of training, fit the lr schedule to the
+    budget (marks_s[-1]); None keeps the config's train.max_steps.
+    """
     clock, batch, points = loop.Clock(), s.cfg.train.batch_size, []
+    first_done, first_step = None, s.state.step + 1  # speed is timed from the end of the first step (compile)
     on_oom = (lambda err: s.guard.on_oom(s.state.step, err)) if s.guard else None
     for mark in marks_s:
         first = s.state.step  # at least one step per point, even when a step outlasts the interval
@@ -163,7 +208,14 @@ def run_curve(s: loop.Session, marks_s: list[float], log: Log = print) -> list[P
             if s.guard is not None:
                 s.ctx.micro_batch = s.guard.observe(s.state.step, s.guard.reader.read())
             clock.samples += batch
-            if s.state.step == s.cfg.train.max_steps:
+            now = clock.train_seconds()
+            if first_done is None:
+                first_done = now
+            elif fit_at is not None and now - first_done >= fit_at:
+                timed = s.state.step - first_step
+                fit_schedule(s, now, (now - first_done) / timed, timed, marks_s[-1], log)
+                fit_at = None
+            elif s.state.step == s.cfg.train.max_steps:
                 log(f"learn: step {s.state.step} = train.max_steps: the lr schedule has ended, lr stays at "
                     f"{metrics['train/lr']:.3g} (train.max_steps=N stretches it)")
         points.append(evaluate_point(s, clock, metrics["train/lr"]))

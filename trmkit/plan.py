@@ -264,7 +264,7 @@ def count_parameters(m: ModelConfig) -> int:
     """Trainable parameters of TRM(m) (the puzzle-embedding buffer excluded)."""
     S, D = seq_total(m), m.hidden_size
     W = swiglu_width(D, m.expansion)
-    mlp = 3 * D * W  # gate_up (D x 2W) + down (W x D)
+    mlp = 3 * D * W  # gate, up (D x W each) + down (W x D)
     if m.mixer == "mlp_t":
         mix = 3 * S * swiglu_width(S, m.expansion)
     else:

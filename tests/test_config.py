@@ -1,0 +1,43 @@
+"""The typed config: YAML and key=value overrides, coercion, errors that name the key."""
+
+import pytest
+
+from trmkit import config as config_mod
+from trmkit.config import ConfigError
+
+
+def test_unquoted_on_and_off_mean_the_switch_not_a_bool(tmp_path):
+    # YAML 1.1 reads on/off as true/false; `run.compile=on` once became the string "True"
+    path = tmp_path / "c.yaml"
+    path.write_text("run: {compile: on, grad_checkpointing: off}\n")
+    cfg = config_mod.load(path, ["run.dtype=bfloat16"])
+    assert (cfg.run.compile, cfg.run.grad_checkpointing, cfg.run.dtype) == ("on", "off", "bfloat16")
+    assert config_mod.load(path, ["run.compile=off"]).run.compile == "off"
+
+
+def test_a_switch_outside_its_values_is_refused_by_name(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("run: {compile: maybe}\n")
+    with pytest.raises(ConfigError, match=r"run.compile='maybe': expected one of auto, on, off"):
+        config_mod.load(path)
+    with pytest.raises(ConfigError, match=r"run.dtype='fp16'"):
+        config_mod.from_dict({"run": {"dtype": "fp16"}})
+
+
+def test_unknown_keys_name_the_closest_valid_one(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {learning_rate: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown key 'train.learning_rate'"):
+        config_mod.load(path)
+    path.write_text("model: {hidden_size: 8}\n")
+    with pytest.raises(ConfigError, match="did you mean model.hidden_size"):
+        config_mod.load(path, ["model.hiden_size=8"])
+
+
+def test_numbers_are_coerced_and_wrong_types_refused():
+    cfg = config_mod.from_dict({"train": {"lr": "1e-3", "max_steps": 10.0}})
+    assert cfg.train.lr == 1e-3 and cfg.train.max_steps == 10 and isinstance(cfg.train.max_steps, int)
+    with pytest.raises(ConfigError, match=r"train.max_steps='ten': expected int"):
+        config_mod.from_dict({"train": {"max_steps": "ten"}})
+    with pytest.raises(ConfigError, match="expected true or false"):
+        config_mod.from_dict({"run": {"memory_guard": "sometimes"}})
