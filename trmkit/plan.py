@@ -298,12 +298,13 @@ def net_call_bytes(m: ModelConfig, elem: int) -> int:
 def micro_slot_bytes(m: ModelConfig, elem: int, grad_checkpointing: bool, backward_calls: float) -> int:
     """Bytes per slot of the micro-batch at the step's peak (in backward)."""
     S, D, calls = seq_total(m), m.hidden_size, m.L_cycles + 1
-    call = net_call_bytes(m, elem)
-    if grad_checkpointing:  # each call keeps its two float32 inputs; one call is recomputed
-        saved = calls * 2 * S * D * 4 + call
+    if grad_checkpointing:  # each block keeps its float32 input; one block at a time is recomputed
+        unit = block_saved_bytes(m, elem)
+        saved = calls * m.L_layers * S * D * 4 + unit
     else:
-        saved = calls * call
-    working = backward_calls * call  # gradients of one call's activations, being built
+        unit = net_call_bytes(m, elem)
+        saved = calls * unit
+    working = backward_calls * unit  # gradients of one recomputed unit's activations, being built
     loss = m.seq_len * m.vocab_size * (elem + 6 * 8)  # logits, then float64 stable-max tensors
     states = 4 * S * D * 4  # x, z_H + x, the step's outputs z_H and z_L
     return int(saved + working) + loss + states

@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -124,8 +125,9 @@ class Network(nn.Module):
         )
 
     def forward(self, h: torch.Tensor, injection: torch.Tensor,
-                rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+                rope: tuple[torch.Tensor, torch.Tensor] | None, recompute: bool = False) -> torch.Tensor:
+        """recompute: keep only each block's input and recompute the block in backward."""
         h = h + injection
         for block in self.blocks:
-            h = block(h, rope)
+            h = checkpoint(block, h, rope, use_reentrant=False) if recompute else block(h, rope)
         return h

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from trmkit.config import ModelConfig
 from trmkit.model.layers import Network, rotary_tables
@@ -135,9 +134,7 @@ class TRM(nn.Module):
         return (self.rope_cos, self.rope_sin) if self.cfg.mixer == "attention" else None
 
     def _net(self, h, injection, rope):
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            return checkpoint(self.net, h, injection, rope, use_reentrant=False)
-        return self.net(h, injection, rope)
+        return self.net(h, injection, rope, recompute=self.grad_checkpointing and torch.is_grad_enabled())
 
     def latent_recursion(self, z_H, z_L, x, rope):
         for _ in range(self.cfg.L_cycles):
