@@ -83,8 +83,8 @@ def test_run_bench_on_the_tiny_config():
                         log=lambda _: None)
     assert torch.get_num_threads() == threads  # run.threads=1 applied for the run only
     for key in ("samples_per_s", "s_per_step", "flops_per_step", "achieved_gflops", "peak_gflops", "mfu",
-                "mfu_float32", "mfu_bfloat16", "peak_rss_mb", "mb_per_slot", "memory", "gemm_ceiling",
-                "compile_seconds", "comparable", "bench_format"):
+                "mfu_best", "mfu_best_float32", "mfu_best_bfloat16", "peak_rss_mb", "mb_per_slot", "memory",
+                "gemm_ceiling", "compile_seconds", "comparable", "bench_format"):
         assert key in r, key
     assert r["samples_per_s"] > 0 and 0 < r["mfu"] < 1.5
     assert r["s_per_step"]["n"] == 2 and r["s_per_step"]["min"] <= r["s_per_step"]["median"]
@@ -92,6 +92,7 @@ def test_run_bench_on_the_tiny_config():
     assert r["memory"]["batches"] == [2, 4] and math.isfinite(r["mb_per_slot"])
     assert r["peak_gflops"]["float32"] > 0 and r["peak_gflops"]["bfloat16"] > 0
     assert len(r["peak_samples"]) == 3 and len(r["mfu_steps"]) == 2
+    assert r["mfu"] == pytest.approx(sum(r["mfu_steps"]) / 2)  # the median of two steps' own ratios
     assert json.loads(json.dumps(r)) == r
     assert any(line.startswith("speed:") for line in bench.format_lines(r))
 
