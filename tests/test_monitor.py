@@ -171,6 +171,16 @@ def test_summarize_low_cpu_gives_advice():
     assert "advice: CPU underused" in format_summary(summary)
 
 
+def test_a_gpu_run_gets_no_cpu_or_host_memory_advice():
+    # seen on an H200: one busy core of 16 and 1.4 GB of host RSS said nothing about the GPU run
+    facts = RunFacts(device="cuda", cores=16, train_seconds=90, eval_seconds=10, peak_rss_gb=1.4,
+                     memory_budget_gb=1.5)
+    summary = summarize(_history(cpu=100.0), facts)
+    assert summary["device"] == "cuda" and summary["advice"] == []
+    cpu_run = summarize(_history(cpu=100.0), RunFacts(cores=16, peak_rss_gb=1.4, memory_budget_gb=1.5))
+    assert len(cpu_run["advice"]) == 2  # the same numbers on the CPU: underused, and near the budget
+
+
 def test_summarize_good_run_has_no_advice():
     facts = RunFacts(cores=8, train_seconds=90, eval_seconds=10, peak_rss_gb=2.0,
                      memory_budget_gb=6.0, freq_ratio=0.97, max_temperature_c=75)

@@ -407,6 +407,7 @@ class RunFacts:
     Every field is optional: summarize() uses what is there.
     """
 
+    device: str = "cpu"  # where the steps ran: the CPU advice and RSS-vs-budget apply to "cpu" only
     cores: int | None = None  # cores the run could use (100% CPU each)
     threads: int | None = None  # torch intra-op threads actually set
     peak_rss_gb: float | None = None
@@ -475,6 +476,7 @@ def summarize(history: Sequence[Mapping[str, Any]], facts: RunFacts | None = Non
             "median": statistics.median(rates) if rates else None,
             "overall": samples / wall if samples and wall else None,  # includes eval and pauses
         },
+        "device": facts.device,
         "cores": facts.cores,
         "threads": facts.threads,
         "cpu_percent_mean": _first(facts.cpu_percent_mean, statistics.fmean(cpu) if cpu else None),
@@ -493,8 +495,9 @@ def summarize(history: Sequence[Mapping[str, Any]], facts: RunFacts | None = Non
 def advise(summary: Mapping[str, Any]) -> list[str]:
     """Plain-language advice for what held the run back; empty when nothing did."""
     advice = []
+    on_cpu = summary.get("device", "cpu") == "cpu"  # on a GPU the CPU mostly waits; RSS is not its memory
     cpu, cores = summary.get("cpu_percent_mean"), summary.get("cores")
-    if cpu is not None and cores and cpu < CPU_UNDERUSED * 100 * cores:
+    if on_cpu and cpu is not None and cores and cpu < CPU_UNDERUSED * 100 * cores:
         advice.append(
             f"CPU underused: the process averaged {cpu:.0f}% CPU of {100 * cores}% ({cores} cores). "
             f"Use more threads (run.threads) or a larger micro-batch; a very small model can be "
@@ -508,7 +511,7 @@ def advise(summary: Mapping[str, Any]) -> list[str]:
             f"({'; '.join(adjustments[:3])}). Close other programs or set a smaller train.micro_batch "
             f"up front so the run does not shrink mid-way."
         )
-    elif peak is not None and budget and peak > MEMORY_NEAR_BUDGET * budget:
+    elif on_cpu and peak is not None and budget and peak > MEMORY_NEAR_BUDGET * budget:
         advice.append(
             f"Memory-bound: peak RSS {peak:.2f} GB is {100 * peak / budget:.0f}% of the "
             f"{budget:.2f} GB budget, leaving little headroom."

@@ -294,7 +294,7 @@ def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -
     run_dir = Path(s.cfg.run.dir)
     history = monitor.read_metrics(run_dir / "metrics.jsonl")
     facts = monitor.RunFacts(
-        cores=int(s.plan.threads.value), threads=int(s.plan.threads.value),
+        device=str(s.plan.device.value), cores=int(s.plan.threads.value), threads=int(s.plan.threads.value),
         peak_rss_gb=sampler.peak_rss_gb, final_metrics=evals, train_seconds=clock.train_seconds(),
         eval_seconds=clock.eval_seconds, wall_seconds=time.perf_counter() - clock.start,
         samples_seen=clock.samples, throughput_warnings=clock.warnings,
