@@ -5,9 +5,10 @@
 #   ckpt-bf16      the same with per-block gradient checkpointing  (target: <= 15 MB per slot)
 #   compile-cold   whole-model torch.compile, empty compile cache  (targets: MFU >= 0.85, warm-up <= 60 s)
 #   compile-warm   the same again, reusing that cache              (warm-up on a second run)
+#   compile-net    torch.compile of model.net only (what `trmkit train` compiles), its own cache
 #   eager-fp32     float32, the path of CPUs without fast bf16
 #
-#   bash benchmarks/paper_targets.sh [OUT_DIR]      # ~12 min on 2 cores; JSON per run in OUT_DIR
+#   bash benchmarks/paper_targets.sh [OUT_DIR]      # ~15 min on 2 cores; JSON per run in OUT_DIR
 #
 # The bench reads samples of the right shape from the --learn set (built once, ~20 s), not the
 # paper's 1000 x 1000 augmentations. `uptime` before and after each run records the load.
@@ -18,7 +19,7 @@ mkdir -p "$OUT"
 T=${TRMKIT:-.venv/bin/trmkit}
 .venv/bin/python -c "from trmkit import learn; learn.ensure_dataset(learn.FIXED_SET, learn.DEFAULT_DATA_DIR)"
 BASE=(configs/sudoku-paper.yaml train.batch_size=32 data.path=data/learn-sudoku run.threads=2)
-CACHE=$(mktemp -d)
+CACHE=$(mktemp -d); CACHE_NET=$(mktemp -d)
 bench() {  # name, then bench arguments
   local name=$1; shift
   echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -39,5 +40,7 @@ TORCHINDUCTOR_CACHE_DIR=$CACHE bench compile-cold run.dtype=bfloat16 run.compile
   --compile-target model --steps 7 --warmup 2 --no-memory
 TORCHINDUCTOR_CACHE_DIR=$CACHE bench compile-warm run.dtype=bfloat16 run.compile=on \
   --compile-target model --steps 7 --warmup 2 --no-memory
+TORCHINDUCTOR_CACHE_DIR=$CACHE_NET bench compile-net run.dtype=bfloat16 run.compile=on \
+  --compile-target net --steps 7 --warmup 2 --no-memory
 bench eager-fp32 run.dtype=float32 run.compile=off --steps 5 --warmup 1
-rm -rf "$CACHE"
+rm -rf "$CACHE" "$CACHE_NET"
