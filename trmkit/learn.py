@@ -178,7 +178,7 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
     log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
         f"on {len(s.test_split)} held-out puzzles; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
-    fit_at = min(FIT_AFTER_S, 30.0 * minutes) if schedule == "budget" else None
+    fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
     return run_curve(s, [60 * m for m in points_at], log, fit_at)
 
 
