@@ -22,6 +22,8 @@ def test_a_switch_outside_its_values_is_refused_by_name(tmp_path):
         config_mod.load(path)
     with pytest.raises(ConfigError, match=r"run.dtype='fp16'"):
         config_mod.from_dict({"run": {"dtype": "fp16"}})
+    with pytest.raises(ConfigError, match=r"run.keep_freed_memory='yes please'"):
+        config_mod.from_dict({"run": {"keep_freed_memory": "yes please"}})
 
 
 def test_unknown_keys_name_the_closest_valid_one(tmp_path):

@@ -342,3 +342,13 @@ def test_timings_taken_beside_other_work_are_flagged_and_not_cached(hw, fake_spe
     p = plan_mod.make_plan(sudoku_cfg(96, compile="off"), hw, cache_dir=tmp_path, log=lambda _: None)
     assert "other processes used 80%" in p.dtype.reason and "not cached" in p.dtype.reason
     assert not (tmp_path / plan_mod.SPEED_FILE).exists()
+
+
+def test_freed_memory_is_kept_only_for_glibc_on_the_cpu_unless_set():
+    keep = plan_mod.choose_keep_freed_memory
+    assert keep("auto", "glibc 2.36", "cpu").value is True
+    assert keep("auto", "glibc 2.36", "cuda").value is False
+    assert keep("auto", "", "cpu").value is False  # macOS, Windows, musl: nothing to tune
+    assert keep("on", "", "cpu").value is False and "not glibc" in keep("on", "", "cpu").reason
+    assert keep("on", "glibc 2.31", "cuda").value is True
+    assert keep("off", "glibc 2.36", "cpu").value is False

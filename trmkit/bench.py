@@ -70,7 +70,8 @@ import numpy as np
 import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig, from_dict
-from trmkit.plan import CPU, DTYPES, autocast_factory
+from trmkit.hardware import keep_freed_memory, probe_platform
+from trmkit.plan import CPU, DTYPES, autocast_factory, choose_keep_freed_memory
 from trmkit.data.store import Batch, SampleStream
 from trmkit.model.layers import swiglu_width
 from trmkit.model.trm import TRM
@@ -252,6 +253,7 @@ def bench_settings(cfg: Config) -> dict[str, Any]:
     if cfg.run.device not in ("auto", CPU):
         raise ConfigError("trmkit bench measures the CPU: set run.device=cpu or auto")
     dtype = cfg.run.dtype if cfg.run.dtype in DTYPES else "float32"
+    keep = choose_keep_freed_memory(cfg.run.keep_freed_memory, probe_platform().libc, CPU)
     return {
         "dtype": dtype,
         "dtype_reason": "run.dtype" if cfg.run.dtype in DTYPES else "run.dtype=auto -> float32 (CPU default)",
@@ -262,6 +264,8 @@ def bench_settings(cfg: Config) -> dict[str, Any]:
         "grad_checkpointing": cfg.run.grad_checkpointing == "on",
         "threads": torch.get_num_threads(),
         "threads_reason": "run.threads" if cfg.run.threads > 0 else "torch's current setting (run.threads=0)",
+        "keep_freed_memory": keep.value,
+        "keep_freed_memory_reason": keep.reason,
     }
 
 
@@ -270,6 +274,8 @@ def build_session(cfg: Config, settings: dict[str, Any], compile_target: str = "
     cfg, stream, ignore = resolve(cfg)
     torch.manual_seed(cfg.run.seed)
     device = torch.device(CPU)
+    if settings["keep_freed_memory"]:
+        keep_freed_memory()  # as the training loop does (plan.apply_to_process)
     model = TRM(cfg.model).to(device)
     model.grad_checkpointing = settings["grad_checkpointing"]
     if settings["compile"]:
@@ -407,7 +413,8 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
     settings = bench_settings(cfg)
     for line in (f"dtype={settings['dtype']} ({settings['dtype_reason']})",
                  f"compile={settings['compile']} ({settings['compile_reason']})",
-                 f"threads={settings['threads']} ({settings['threads_reason']})"):
+                 f"threads={settings['threads']} ({settings['threads_reason']})",
+                 f"keep_freed_memory={settings['keep_freed_memory']} ({settings['keep_freed_memory_reason']})"):
         log(f"bench: {line}")
     mem = None
     if opts.memory:  # first, so the probe processes do not share RAM with this one's batch

@@ -124,10 +124,12 @@ class RunConfig:
     grad_checkpointing: str = "auto"  # "auto", "on" or "off": recompute activations in backward
     memory_budget: str = ""  # e.g. "6GB"; empty = 80% of the effective limit minus what is in use
     memory_guard: bool = True  # shrink the micro-batch before memory runs out
+    keep_freed_memory: str = "auto"  # "auto", "on" or "off": glibc keeps freed blocks for reuse
 
     def __post_init__(self) -> None:
         for key, allowed in (("dtype", ("auto", "float32", "bfloat16")), ("compile", SWITCH),
-                             ("grad_checkpointing", SWITCH)):
+                             ("grad_checkpointing", SWITCH),
+                             ("keep_freed_memory", SWITCH)):
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")

@@ -2,7 +2,8 @@
 
 `make_plan(cfg, hw)` chooses device, threads, data-loader workers, compute dtype,
 memory budget, micro-batch and gradient accumulation, activation checkpointing,
-the evaluation batch and torch.compile. Every choice is a `Choice(value, reason)`,
+the evaluation batch, torch.compile and whether the C allocator keeps freed
+memory for reuse (glibc; `choose_keep_freed_memory`). Every choice is a `Choice(value, reason)`,
 printed at the start of a run and stored in the run directory (`Plan.to_dict()`).
 A config that cannot work stops with a `ConfigError` that names the problem and
 a concrete alternative.
@@ -24,8 +25,8 @@ training step:
   (n + 1 calls of the network; per block the SwiGLU gate/up outputs, silu,
   their product, the input copies and the residual sums kept by RMSNorm) plus
   the backward's working set and the float64 logits of the stable-max loss.
-  With checkpointing each call keeps only its two inputs and one call at a
-  time is recomputed during backward.
+  With checkpointing each block keeps only its float32 input and one block
+  at a time is recomputed during backward.
 
 `calibrate_memory` fits the runtime overhead and the backward working set from
 two real steps (in fresh subprocesses, so peak RSS is clean) and caches them per
@@ -62,7 +63,7 @@ from typing import Any, Callable
 import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig
-from trmkit.hardware import HardwareInfo, effective_available, format_bytes
+from trmkit.hardware import HardwareInfo, effective_available, format_bytes, keep_freed_memory
 from trmkit.model.layers import Network, rotary_tables, swiglu_width
 
 Log = Callable[[str], None]
@@ -150,12 +151,13 @@ class Plan:
     grad_checkpointing: Choice = field(default_factory=lambda: Choice(False, "default"))
     eval_batch: Choice = field(default_factory=lambda: Choice(EVAL_BATCH_MAX, "default"))
     compile: Choice = field(default_factory=lambda: Choice(False, "default"))
+    keep_freed_memory: Choice = field(default_factory=lambda: Choice(False, "default"))
     estimate: MemoryEstimate | None = None
     step_seconds: float | None = None  # estimated wall time of one optimizer step
 
     def choices(self) -> dict[str, Choice]:
         names = ("device", "threads", "interop_threads", "workers", "dtype", "budget", "micro_batch",
-                 "accumulation", "grad_checkpointing", "eval_batch", "compile")
+                 "accumulation", "grad_checkpointing", "eval_batch", "compile", "keep_freed_memory")
         return {k: getattr(self, k) for k in names}
 
     def lines(self) -> list[str]:
@@ -632,6 +634,21 @@ def choose_threads(requested: int, hw: HardwareInfo) -> tuple[Choice, Choice]:
     return intra, inter
 
 
+def choose_keep_freed_memory(setting: str, libc: str, device: str) -> Choice:
+    """Keep freed memory in the process (glibc) instead of faulting it back in every step."""
+    if setting == "off":
+        return Choice(False, "set in the config (run.keep_freed_memory)")
+    if not libc.startswith("glibc"):
+        return Choice(False, f"only glibc's malloc is tuned; this C library is {libc or 'not glibc'}")
+    if setting == "on":
+        return Choice(True, "set in the config (run.keep_freed_memory)")
+    if device != CPU:
+        return Choice(False, "tensors live in the GPU's caching allocator, which already reuses memory")
+    return Choice(True, "glibc otherwise unmaps freed activation buffers and faults them back in every step "
+                        "(23,000-88,000 page faults per step of the paper config measured); kept for reuse, "
+                        "the guard still returns memory when it shrinks (docs/performance.md)")
+
+
 def choose_workers() -> Choice:
     return Choice(0, "the data store is memory-mapped and a step reads only its rows: "
                      "loader processes would add memory and copies, not speed")
@@ -945,6 +962,8 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
     plan = Plan(device=device, dtype=dtype, threads=threads, micro_batch=micro, accumulation=accumulation,
                 interop_threads=interop, workers=choose_workers(), budget=budget, grad_checkpointing=ckpt,
                 eval_batch=eval_batch, compile=compiled, step_seconds=step_s,
+                keep_freed_memory=choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc,
+                                                           device.value),
                 estimate=mc.estimate(cfg.model, cfg.train.batch_size, micro.value, ckpt.value, eval_batch.value))
     for line in plan.lines():
         log(f"plan: {line}")
@@ -987,11 +1006,13 @@ def plan_report(plan: Plan, estimate: MemoryEstimate | None = None) -> str:
     return "\n".join(lines)
 
 
-def apply_threads(plan: Plan) -> None:
-    """Apply the thread choices to torch (once, before any work)."""
+def apply_to_process(plan: Plan) -> None:
+    """Apply the thread and allocator choices (once, before any work)."""
     torch.set_num_threads(int(plan.threads.value))
     with contextlib.suppress(RuntimeError):  # inter-op pool already started: keep it
         torch.set_num_interop_threads(int(plan.interop_threads.value))
+    if plan.keep_freed_memory.value:
+        keep_freed_memory()
 
 
 def apply_to_model(plan: Plan, model: torch.nn.Module) -> None:

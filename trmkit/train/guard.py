@@ -30,7 +30,6 @@ Every change is logged with its numbers and kept in `adjustments`.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -55,14 +54,6 @@ def divisors_upto(n: int, limit: int) -> int:
         if n % d == 0:
             return d
     return 1
-
-
-def trim_heap() -> bool:
-    """Return free heap memory to the OS (glibc malloc_trim); False where there is none."""
-    try:
-        return bool(ctypes.CDLL(None).malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc: macOS, musl, Windows
-        return False
 
 
 class PeakReader:
@@ -91,7 +82,7 @@ class PeakReader:
 
     def release(self) -> None:
         """Return freed memory to the OS, then restart the peak from the lower RSS."""
-        trim_heap()
+        hardware.trim_heap()
         if self.can_reset:
             self._reset()
 

@@ -23,7 +23,7 @@ from trmkit.config import Config, ConfigError
 from trmkit.data.store import SampleStream, Split, eval_batches, open_split
 from trmkit.hardware import HardwareInfo
 from trmkit.model.trm import TRM
-from trmkit.plan import Plan, apply_threads, apply_to_model, make_plan
+from trmkit.plan import Plan, apply_to_process, apply_to_model, make_plan
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
 from trmkit.train.evaluate import evaluate
@@ -102,7 +102,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     cfg = fill_from_meta(cfg, train_split)
     plan = make_plan(cfg, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
                      saved_config=saved_config(cfg.run.dir))
-    apply_threads(plan)
+    apply_to_process(plan)
     seed_everything(cfg.run.seed)
     device = plan.torch_device()
     model = TRM(cfg.model).to(device)
