@@ -3,8 +3,9 @@
 `make_plan(cfg, hw)` chooses device, threads, data-loader workers, compute dtype,
 memory budget, micro-batch and gradient accumulation, activation checkpointing,
 the evaluation batch, torch.compile and whether the C allocator keeps freed
-memory for reuse (glibc; `choose_keep_freed_memory`). Every choice is a `Choice(value, reason)`,
-printed at the start of a run and stored in the run directory (`Plan.to_dict()`).
+memory for reuse (glibc; `choose_keep_freed_memory`). Every choice is a
+`Choice(value, reason)`, printed at the start of a run and stored in the run
+directory (`Plan.to_dict()`).
 A config that cannot work stops with a `ConfigError` that names the problem and
 a concrete alternative.
 
