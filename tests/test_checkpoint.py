@@ -6,17 +6,24 @@ import ast
 import errno
 import hashlib
 import json
+import os
 import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+from safetensors.torch import save as st_save
 
 from trmkit.train import checkpoint as ck
 from trmkit.train.checkpoint import (
     CheckpointError,
+    CorruptCheckpointError,
     config_hash,
     diff_configs,
     list_checkpoints,
@@ -115,6 +122,166 @@ def test_shared_noncontiguous_and_grad_tensors_are_saved(tmp_path: Path) -> None
         assert torch.equal(loaded.tensors[k], v.detach()), k
 
 
+def _every_dtype() -> dict[str, torch.Tensor]:
+    """Each dtype trmkit saves, plus the awkward cases: scalar, empty, views of shared storage."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 6, generator=g)
+    return {
+        "f32": base, "bf16": base.to(torch.bfloat16), "i64": (base * 1e6).to(torch.int64),
+        "i32": (base * 1e3).to(torch.int32), "bool": base > 0,
+        "u8": torch.randint(0, 256, (5, 6), dtype=torch.uint8, generator=g),
+        "scalar": torch.tensor(2.5), "empty": torch.zeros(0, 3, dtype=torch.int32),
+        "transposed": base.t(), "row": base[2],
+        "big": torch.randn(300_000, generator=g),  # 1.2 MB: hashing on load takes several reads
+    }
+
+
+def test_streamed_file_is_standard_safetensors(tmp_path: Path) -> None:
+    tensors = _every_dtype()
+    path = save_checkpoint(tmp_path, 4, tensors, {}, log=lambda m: None)
+    file = path / "tensors.safetensors"
+    _assert_same(load_file(file), tensors)
+    with safe_open(file, framework="pt") as f:
+        assert f.metadata() == {"format": "trmkit-checkpoint", "step": "4"}
+    raw = file.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    assert n % 8 == 0 and raw[8 + n - 1:8 + n] in (b" ", b"}")
+    header = json.loads(raw[8:8 + n])
+    for name, info in header.items():  # every tensor starts aligned to its element size
+        if name != "__metadata__":
+            assert (8 + n + info["data_offsets"][0]) % tensors[name].element_size() == 0, name
+    _assert_same(load_checkpoint(path).tensors, tensors)
+
+
+@pytest.mark.parametrize("block", [64, 1 << 20])  # 64: many blocks, a short last one, rows over a block
+def test_tensors_not_in_place_are_written_block_by_block(tmp_path: Path, monkeypatch, block: int) -> None:
+    monkeypatch.setattr(ck, "_BLOCK", block)
+    base = torch.arange(7 * 6 * 5, dtype=torch.float32).reshape(7, 6, 5)
+    tensors = {
+        "permuted": base.permute(2, 0, 1), "column": base[:, 0, 0], "every_other": base[::2],
+        "bf16_t": base[0].t().to(torch.bfloat16), "bool_t": (base[0] > 10).t(),
+        "expanded": torch.arange(3.0).reshape(3, 1).expand(3, 4),
+    }
+    assert not any(t.is_contiguous() for t in tensors.values())
+    path = save_checkpoint(tmp_path, 1, tensors, {}, log=lambda m: None)
+    _assert_same(load_file(path / "tensors.safetensors"), tensors)
+    _assert_same(load_checkpoint(path).tensors, tensors)
+
+
+def _replace_tensors_file(path: Path, data: bytes) -> None:
+    """Put ``data`` in as the tensors file with matching size and hashes in meta.json."""
+    (path / "tensors.safetensors").write_bytes(data)
+    meta = json.loads((path / "meta.json").read_text())
+    meta.update(tensors_bytes=len(data), tensors_sha256=hashlib.sha256(data).hexdigest())
+    del meta["meta_sha256"]
+    meta["meta_sha256"] = hashlib.sha256(ck._canonical_json(meta).encode()).hexdigest()
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_checkpoint_written_by_the_safetensors_library_still_loads(tmp_path: Path) -> None:
+    tensors = {k: v.contiguous().clone() for k, v in _every_dtype().items()}  # the library wants these
+    path = save_checkpoint(tmp_path, 1, tensors, {}, log=lambda m: None)
+    _replace_tensors_file(path, st_save(tensors, metadata={"format": "trmkit-checkpoint", "step": "1"}))
+    _assert_same(load_checkpoint(path).tensors, tensors)
+
+
+@pytest.mark.parametrize("where", ["length", "header", "middle", "last"])
+def test_any_flipped_byte_is_detected(tmp_path: Path, where: str) -> None:
+    path = save_checkpoint(tmp_path, 1, _every_dtype(), {}, log=lambda m: None)
+    file = path / "tensors.safetensors"
+    data = bytearray(file.read_bytes())
+    index = {"length": 0, "header": 20, "middle": len(data) // 2, "last": len(data) - 1}[where]
+    data[index] ^= 0x10
+    file.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+        load_checkpoint(path)
+
+
+def _st_bytes(header: dict | bytes, data: bytes) -> bytes:
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+F32_2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+
+
+@pytest.mark.parametrize("bad, words", [
+    (_st_bytes({"x": F32_2}, bytes(4)), "file has 4"),
+    (_st_bytes({"x": F32_2 | {"dtype": "C128"}}, bytes(8)), "unsupported"),
+    (_st_bytes({"x": F32_2 | {"shape": [3]}}, bytes(8)), "expected to start at 0"),
+    (_st_bytes({"x": F32_2 | {"shape": [-2]}}, bytes(8)), "bad shape"),
+    (_st_bytes({"x": F32_2, "y": F32_2 | {"data_offsets": [12, 20]}}, bytes(20)), "expected to start at 8"),
+    (_st_bytes(b"{nope", b""), "Expecting"),
+    (b"\xff" * 8 + b"{}", "does not fit"),
+    (b"\x01\x00", "shorter than"),
+])
+def test_malformed_file_with_matching_checksum_is_rejected(tmp_path: Path, bad: bytes, words: str) -> None:
+    path = save_checkpoint(tmp_path, 1, _tensors(), {}, log=lambda m: None)
+    _replace_tensors_file(path, bad)
+    with pytest.raises(CorruptCheckpointError, match="not a valid safetensors file") as info:
+        load_checkpoint(path)
+    assert words in str(info.value)
+
+
+def test_unsupported_dtype_is_refused_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="'z'.*complex64"):
+        save_checkpoint(tmp_path, 1, {"z": torch.zeros(2, dtype=torch.complex64)}, {}, log=lambda m: None)
+    assert list_checkpoints(tmp_path) == []
+
+
+# Runs in a fresh interpreter so that VmHWM (the kernel's peak RSS) reflects only
+# this state; writing "5" to clear_refs resets VmHWM to the current RSS.
+_PEAK_PROBE = r"""
+import re, sys
+from pathlib import Path
+import torch
+from trmkit.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+
+def status(key):
+    return int(re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
+
+run_dir, op = sys.argv[1:3]
+if op == "save":  # 8 x 25 MiB; every other one transposed, so the writer must copy it
+    tensors = {}
+    for i in range(8):
+        t = torch.empty(2560, 2560).normal_()
+        tensors[f"t{i}"] = t.t() if i % 2 else t
+try:
+    Path("/proc/self/clear_refs").write_text("5")
+except OSError:
+    pass  # then VmHWM may start above VmRSS: the increase is overstated, never understated
+before = status("VmRSS")
+if op == "save":
+    save_checkpoint(run_dir, 1, tensors, {}, log=lambda m: None)
+else:
+    tensors = load_checkpoint(list_checkpoints(run_dir)[-1]).tensors
+print(sum(t.numel() * t.element_size() for t in tensors.values()), status("VmHWM") - before)
+"""
+
+
+def _peak_increase(run_dir: Path, op: str) -> tuple[int, int]:
+    """(state bytes, peak RSS increase during the call) from a fresh interpreter."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _PEAK_PROBE, str(run_dir), op], capture_output=True,
+                         text=True, env=env, cwd=repo, timeout=300)
+    assert out.returncode == 0, out.stderr
+    state, increase = map(int, out.stdout.split())
+    return state, increase
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(),
+                    reason="peak RSS is read from VmHWM in /proc/self/status, which only Linux has")
+def test_save_and_load_add_little_resident_memory(tmp_path: Path) -> None:
+    """A 200 MiB state: saving must not hold a second copy (the old writer peaked at +2x),
+    loading must hold the result and little else (the old reader peaked at +2x)."""
+    state, save_increase = _peak_increase(tmp_path, "save")
+    assert state == 200 * 2**20
+    assert save_increase < 0.25 * state, f"save raised peak RSS by {save_increase / 2**20:.0f} MiB"
+    state, load_increase = _peak_increase(tmp_path, "load")
+    assert load_increase - state < 0.25 * state, f"load raised peak RSS by {load_increase / 2**20:.0f} MiB"
+
+
 def test_load_latest_without_checkpoints_returns_none(tmp_path: Path) -> None:
     assert load_latest(tmp_path) is None
 
@@ -126,12 +293,13 @@ def test_disk_full_mid_save_keeps_previous(tmp_path: Path, monkeypatch, failing_
     real_write = ck._write_file
     calls = []
 
-    def write_then_fill_disk(path: Path, data: bytes) -> None:
+    def write_then_fill_disk(path: Path, chunks) -> str:
         calls.append(path)
         if len(calls) - 1 == failing_call:
-            real_write(path, data[: len(data) // 2])  # half the bytes land, then the disk is full
+            data = b"".join(bytes(c) for c in chunks)
+            real_write(path, [data[: len(data) // 2]])  # half the bytes land, then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_write(path, data)
+        return real_write(path, chunks)
 
     monkeypatch.setattr(ck, "_write_file", write_then_fill_disk)
     with pytest.raises(CheckpointError) as info:
@@ -152,7 +320,7 @@ def test_disk_full_mid_save_keeps_previous(tmp_path: Path, monkeypatch, failing_
 def test_disk_full_when_replacing_same_step_keeps_old(tmp_path: Path, monkeypatch) -> None:
     _save(tmp_path, 5)
 
-    def full(path: Path, data: bytes) -> None:
+    def full(path: Path, chunks) -> str:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ck, "_write_file", full)

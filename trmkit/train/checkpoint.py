@@ -24,6 +24,11 @@ How it stays safe when a run is interrupted or the disk fills up:
 * Rotation keeps the last ``keep_last`` checkpoints plus the best one, and never
   deletes the checkpoint just written. The best is found from the ``meta.json``
   files themselves; ``best.json`` is a record for people and tools.
+* Saving and loading add almost no resident memory on top of the state (the
+  process must stay under a peak-RSS budget): the tensors file is streamed
+  from each tensor's own memory, hashed as it is written, and is never one
+  bytes object; loading checks size and SHA-256 in 1 MiB reads, then reads
+  each tensor straight into a fresh tensor (no file mapping is kept).
 * Saving step N replaces a checkpoint of step N and moves any with a later
   step aside to ``checkpoints/abandoned-step-*`` (kept, not deleted): after
   resuming from an older checkpoint those belong to an abandoned timeline, and
@@ -44,17 +49,17 @@ import platform
 import random
 import re
 import shutil
+import struct
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import torch
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
 
 from trmkit import __version__ as TRMKIT_VERSION
 
@@ -265,18 +270,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    """Write bytes and force them to disk before returning."""
+def _write_file(path: Path, chunks: Iterable[bytes | memoryview]) -> str:
+    """Write the chunks, force them to disk, and return the SHA-256 of all of them.
+
+    Taking the data in pieces lets a checkpoint go to disk without ever being one
+    bytes object in memory; hashing while writing saves reading the file back.
+    """
+    digest = hashlib.sha256()
     with open(path, "wb") as f:
-        f.write(data)
+        for chunk in chunks:
+            digest.update(chunk)
+            f.write(chunk)
+            del chunk  # let the producer free a copied block before it makes the next
         f.flush()
         os.fsync(f.fileno())
+    return digest.hexdigest()
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
     try:
-        _write_file(tmp, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
+        _write_file(tmp, [(json.dumps(obj, indent=2, default=_json_default) + "\n").encode()])
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -309,29 +323,194 @@ def _move_aside(path: Path, log: Callable[[str], None], why: str) -> None:
     log(f"checkpoint: moved {path.name} to {target} ({why}); delete it if you do not need it")
 
 
-# --------------------------------------------------------------------------- saving
+# --------------------------------------------------------------------------- safetensors format
+#
+# The file is written and read here rather than by the safetensors library so
+# that no step holds a second copy of the state: safetensors.torch.save builds
+# the whole file as one bytes object, and load/load_file either take such an
+# object or keep the tensors on a memory map of the file (see _read_data).
+# Format (https://github.com/huggingface/safetensors#format): an 8-byte
+# little-endian header length N, N bytes of JSON {name: {dtype, shape,
+# data_offsets: [begin, end]}, "__metadata__": {str: str}} padded with spaces,
+# then the tensors' raw little-endian bytes back to back.
+
+_ST_DTYPES: dict[torch.dtype, str] = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+_DTYPES_BY_NAME = {name: dtype for dtype, name in _ST_DTYPES.items()}
+# An integer dtype of each element size: bf16 and bool have no NumPy dtype, so
+# bytes are moved through a same-size integer view of the tensor.
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_MAX_HEADER = 100_000_000  # the safetensors library refuses larger headers too
+_BLOCK = 1 << 20  # bytes per read when hashing a file, and per copy when a tensor can't be written in place
 
 
-def _prepare_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Detached, dense, contiguous CPU tensors, cloned where storage is shared."""
+class _Entry(NamedTuple):
+    """One tensor's place in a safetensors file; offsets count from the end of the header."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+class _Layout(NamedTuple):
+    """A safetensors file planned before writing: header bytes, tensor places, total size."""
+
+    header: bytes
+    entries: list[_Entry]
+    size: int
+
+
+def _byte_view(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, sharing its memory (no copy)."""
+    flat = t.reshape(-1).view(_INT_OF_SIZE[t.element_size()]).numpy()
+    return memoryview(flat).cast("B")
+
+
+def _raw_chunks(t: torch.Tensor) -> Iterator[memoryview]:
+    """A tensor's bytes as safetensors stores them (C order, little-endian), in pieces.
+
+    A dense, contiguous CPU tensor is one piece read in place, views into shared
+    storage included. Any other (non-contiguous, on another device, or on a
+    big-endian machine) goes through one reused buffer of about _BLOCK
+    bytes, a block of rows at a time: a whole-tensor copy would double the
+    peak, and fresh blocks each time would leave glibc's heap grown by several.
+    (A sparse tensor is made dense first, a whole copy; trmkit saves none.)
+    """
+    t = (t.to_dense() if t.layout != torch.strided else t).detach()
+    if t.device.type == "cpu" and t.is_contiguous() and sys.byteorder == "little":
+        yield _byte_view(t)
+        return
+    t = t.reshape(1) if t.dim() == 0 else t
+    rows = max(1, _BLOCK // max(1, t[0].numel() * t.element_size())) if len(t) else 1
+    buf = torch.empty((min(rows, len(t)), *t.shape[1:]), dtype=t.dtype)
+    for i in range(0, len(t), rows):
+        block = buf[:min(rows, len(t) - i)]
+        block.copy_(t[i:i + rows])
+        if sys.byteorder != "little" and t.element_size() > 1:
+            block.view(_INT_OF_SIZE[t.element_size()]).numpy().byteswap(inplace=True)
+        yield _byte_view(block)
+
+
+def _layout(tensors: Mapping[str, torch.Tensor], file_meta: Mapping[str, str]) -> _Layout:
+    """The file's header and where each tensor goes, before any tensor byte is touched.
+
+    Tensors are ordered by element size, largest first, then by name (much as
+    the safetensors library orders them): the header is padded to a multiple of 8, so every
+    tensor then starts at a multiple of its element size and can be read in place.
+    """
+    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
+    entries, offset = [], 0
+    for name in order:
+        t = tensors[name]
+        size = t.numel() * t.element_size()
+        entries.append(_Entry(name, t.dtype, tuple(t.shape), offset, offset + size))
+        offset += size
+    header: dict[str, Any] = {"__metadata__": dict(file_meta)}
+    header.update({e.name: {"dtype": _ST_DTYPES[e.dtype], "shape": list(e.shape),
+                            "data_offsets": [e.begin, e.end]} for e in entries})
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return _Layout(struct.pack("<Q", len(text)) + text, entries, 8 + len(text) + offset)
+
+
+def _tensor_chunks(layout: _Layout, tensors: Mapping[str, torch.Tensor]) -> Iterator[memoryview | bytes]:
+    """The file's bytes piece by piece: the header, then each tensor straight from its memory."""
+    yield layout.header
+    for e in layout.entries:
+        written = 0
+        for data in _raw_chunks(tensors[e.name]):
+            written += len(data)
+            yield data
+            del data  # free a copied block before the next one is made
+        if written != e.end - e.begin:  # the tensor was resized after the header was built
+            raise CheckpointError(f"tensor {e.name!r} has {written} bytes, expected {e.end - e.begin}")
+
+
+def _read_header(f: BinaryIO, file_size: int) -> list[_Entry]:
+    """Parse and check a safetensors header, as the library does; ValueError if invalid.
+
+    Checking that the tensors tile the data exactly means a damaged header can
+    never make the reader allocate more than the file holds.
+    """
+    raw = f.read(8)
+    if len(raw) < 8:
+        raise ValueError("file is shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", raw)
+    if n > min(_MAX_HEADER, file_size - 8):
+        raise ValueError(f"header length {n} does not fit in a file of {file_size} bytes")
+    header = json.loads(f.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    header.pop("__metadata__", None)
+    entries = sorted((_parse_entry(name, info) for name, info in header.items()), key=lambda e: e.begin)
+    offset = 0
+    for e in entries:
+        if e.begin != offset or e.end - e.begin != math.prod(e.shape) * e.dtype.itemsize:
+            raise ValueError(f"tensor {e.name!r} has data_offsets [{e.begin}, {e.end}], "
+                             f"expected to start at {offset} and hold {_ST_DTYPES[e.dtype]} {list(e.shape)}")
+        offset = e.end
+    if offset != file_size - 8 - n:
+        raise ValueError(f"tensors hold {offset} bytes but the file has {file_size - 8 - n} after the header")
+    return entries
+
+
+def _parse_entry(name: str, info: Any) -> _Entry:
+    """One header entry as an _Entry; ValueError naming the tensor if malformed."""
+    try:
+        dtype = _DTYPES_BY_NAME[info["dtype"]]
+        shape, offsets = info["shape"], info["data_offsets"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"tensor {name!r}: bad or unsupported header entry {info!r}") from e
+    sizes_ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+    offsets_ok = isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+    if not (sizes_ok and offsets_ok):
+        raise ValueError(f"tensor {name!r}: bad shape or data_offsets in header entry {info!r}")
+    return _Entry(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
+def _read_data(f: BinaryIO, entries: list[_Entry]) -> dict[str, torch.Tensor]:
+    """Read each tensor's bytes straight into a new tensor: one copy, no file mapping kept.
+
+    safetensors.torch.load_file maps the file; copying its tensors into owned
+    memory keeps the whole mapping resident meanwhile (2x the state at peak),
+    and keeping the mapped tensors would pin the disk space of a checkpoint
+    that rotation deletes (and block its deletion on Windows). Its "pread"
+    backend would do, but only recent safetensors has it; trmkit allows >= 0.4.
+    The file is read front to back after the header, in offset order.
+    """
     out: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, t in tensors.items():
-        if not isinstance(name, str) or not isinstance(t, torch.Tensor):
-            raise TypeError(f"checkpoint tensors must be dict[str, Tensor]; got {name!r}: {type(t).__name__}")
-        if t.layout != torch.strided:
-            t = t.to_dense()
-        t = t.detach().cpu()
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen or not t.is_contiguous():
-            t = t.clone(memory_format=torch.contiguous_format)
-        if ptr != 0 and t.untyped_storage().nbytes() > 0:
-            seen.add(t.untyped_storage().data_ptr())
-        out[name] = t
+    for e in entries:
+        t = torch.empty(e.shape, dtype=e.dtype)
+        data = _byte_view(t)
+        if f.readinto(data) != len(data):
+            raise ValueError(f"tensor {e.name!r} is cut short")
+        if sys.byteorder != "little" and t.element_size() > 1:
+            t.view(_INT_OF_SIZE[t.element_size()]).numpy().byteswap(inplace=True)
+        out[e.name] = t
     return out
 
 
-def _build_meta(step: int, meta: Mapping[str, Any], blob: bytes, n_tensors: int) -> bytes:
+# --------------------------------------------------------------------------- saving
+
+
+def _check_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The caller's tensors, unchanged and uncopied, after checking names, types and dtypes."""
+    for name, t in tensors.items():
+        if not isinstance(name, str) or not isinstance(t, torch.Tensor):
+            raise TypeError(f"checkpoint tensors must be dict[str, Tensor]; got {name!r}: {type(t).__name__}")
+        if t.dtype not in _ST_DTYPES:
+            raise TypeError(f"checkpoint tensor {name!r} has dtype {t.dtype}; supported: "
+                            + ", ".join(str(d) for d in _ST_DTYPES))
+    return dict(tensors)
+
+
+def _meta_body(step: int, meta: Mapping[str, Any], n_tensors: int) -> dict[str, Any]:
+    """meta.json without the tensors file's size and hash; checked before anything is written."""
     now = time.time()
     full = {k: v for k, v in meta.items() if k not in _RESERVED_META}
     full.update({
@@ -344,16 +523,19 @@ def _build_meta(step: int, meta: Mapping[str, Any], blob: bytes, n_tensors: int)
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "saved_unix": now,
         "tensors_file": TENSORS_FILE,
-        "tensors_bytes": len(blob),
-        "tensors_sha256": hashlib.sha256(blob).hexdigest(),
         "num_tensors": n_tensors,
     })
     if isinstance(full.get("config"), Mapping):
         full["config_hash"] = config_hash(full["config"])
     try:
-        full = _normalize(full)
+        return _normalize(full)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint meta is not JSON-serializable: {e}") from e
+
+
+def _seal_meta(body: Mapping[str, Any], tensors_bytes: int, tensors_sha256: str) -> bytes:
+    """The final meta.json bytes: the body plus the tensors file's size and hash, then its own hash."""
+    full = dict(body, tensors_bytes=tensors_bytes, tensors_sha256=tensors_sha256)
     full["meta_sha256"] = hashlib.sha256(_canonical_json(full).encode()).hexdigest()
     return (json.dumps(full, indent=2, sort_keys=True) + "\n").encode()
 
@@ -381,12 +563,18 @@ def _write_error(e: OSError, root: Path, step: int, needed: int, keep_last: int)
     )
 
 
-def _write_temp(root: Path, name: str, blob: bytes, meta_bytes: bytes) -> Path:
-    """Write both files into a fresh temp dir inside ``root`` and fsync them; clean up on failure."""
+def _write_temp(
+    root: Path, name: str, layout: _Layout, tensors: Mapping[str, torch.Tensor], meta_body: Mapping[str, Any],
+) -> Path:
+    """Write both files into a fresh temp dir inside ``root`` and fsync them; clean up on failure.
+
+    The tensors file is streamed from the tensors' memory; meta.json follows
+    with the SHA-256 computed while streaming.
+    """
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=root))
     try:
-        _write_file(tmp / TENSORS_FILE, blob)
-        _write_file(tmp / META_FILE, meta_bytes)
+        sha256 = _write_file(tmp / TENSORS_FILE, _tensor_chunks(layout, tensors))
+        _write_file(tmp / META_FILE, [_seal_meta(meta_body, layout.size, sha256)])
         _fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -428,21 +616,23 @@ def save_checkpoint(
     """
     if step < 0 or keep_last < 1 or best_mode not in ("max", "min"):
         raise ValueError(f"need step >= 0, keep_last >= 1, best_mode max|min; got {step}, {keep_last}, {best_mode!r}")
-    prepared = _prepare_tensors(tensors)
-    blob = st_save(prepared, metadata={"format": "trmkit-checkpoint", "step": str(step)})
-    meta_bytes = _build_meta(step, meta, blob, len(prepared))
+    checked = _check_tensors(tensors)
+    body = _meta_body(step, meta, len(checked))
+    layout = _layout(checked, {"format": "trmkit-checkpoint", "step": str(step)})
+    # Both files' exact size, for a disk-full message: a placeholder hash has the real one's length.
+    needed = layout.size + len(_seal_meta(body, layout.size, "0" * 64))
     root = checkpoints_dir(run_dir)
     final = root / f"step-{step:08d}"
     tmp: Path | None = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         _clean_stale(root)
-        tmp = _write_temp(root, final.name, blob, meta_bytes)
+        tmp = _write_temp(root, final.name, layout, checked, body)
         _commit(tmp, final)
     except OSError as e:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise _write_error(e, root, step, len(blob) + len(meta_bytes), keep_last) from e
+        raise _write_error(e, root, step, needed, keep_last) from e
     for later in list_checkpoints(run_dir):
         if _step_of(later) > step:
             _move_aside(later, log, f"it is newer than step {step}, from a run that was resumed earlier")
@@ -519,26 +709,46 @@ def _read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _read_tensors(path: Path, meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    file = path / TENSORS_FILE
-    try:
-        blob = file.read_bytes()
-    except FileNotFoundError as e:
-        raise CorruptCheckpointError(f"{file}: file is missing") from e
-    except OSError as e:
-        raise CorruptCheckpointError(f"{file}: cannot be read: {e}") from e
-    if len(blob) != meta["tensors_bytes"]:
+def _file_sha256(f: BinaryIO) -> str:
+    """SHA-256 of an open file from its start, read in 1 MiB pieces so it is never whole in memory."""
+    digest = hashlib.sha256()
+    buf = bytearray(_BLOCK)
+    view = memoryview(buf)
+    f.seek(0)
+    while n := f.readinto(buf):
+        digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def _verify(file: Path, f: BinaryIO, meta: Mapping[str, Any]) -> int:
+    """Check the open tensors file against the size and SHA-256 in meta.json; return its size."""
+    size = os.fstat(f.fileno()).st_size
+    if size != meta["tensors_bytes"]:
         raise CorruptCheckpointError(
-            f"{file}: truncated or wrong size: {len(blob)} bytes, expected {meta['tensors_bytes']}")
-    digest = hashlib.sha256(blob).hexdigest()
+            f"{file}: truncated or wrong size: {size} bytes, expected {meta['tensors_bytes']}")
+    digest = _file_sha256(f)
     if digest != meta["tensors_sha256"]:
         raise CorruptCheckpointError(
             f"{file}: checksum mismatch (sha256 {digest[:16]}..., expected {meta['tensors_sha256'][:16]}...); "
             "the file is corrupted")
+    return size
+
+
+def _read_tensors(path: Path, meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Verify the whole file first, then read it once more into fresh tensors (see _read_data)."""
+    file = path / TENSORS_FILE
     try:
-        return st_load(blob)
-    except Exception as e:  # safetensors raises its own error types for bad headers
-        raise CorruptCheckpointError(f"{file}: not a valid safetensors file: {e}") from e
+        with open(file, "rb") as f:
+            size = _verify(file, f, meta)
+            f.seek(0)
+            try:
+                return _read_data(f, _read_header(f, size))
+            except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
+                raise CorruptCheckpointError(f"{file}: not a valid safetensors file: {e}") from e
+    except FileNotFoundError as e:
+        raise CorruptCheckpointError(f"{file}: file is missing") from e
+    except OSError as e:
+        raise CorruptCheckpointError(f"{file}: cannot be read: {e}") from e
 
 
 def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:

@@ -46,7 +46,12 @@ def load_optimizer_tensors(model: TRM, opt: torch.optim.Optimizer, tensors: dict
 
 
 def collect(model: TRM, opts: Optimizers, state: TrainState, stream) -> tuple[dict, dict]:
-    """(tensors, meta) describing everything needed to continue bit-for-bit."""
+    """(tensors, meta) describing everything needed to continue bit-for-bit.
+
+    The tensors are the live ones, not copies (only the 5 KB torch RNG state is
+    new): the checkpoint writer streams each from its memory, so a save adds no
+    second copy of the state. Save them before the next step changes them.
+    """
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     if opts.ema is not None:
         tensors.update({f"ema.{k}": v for k, v in opts.ema.shadow.items()})
