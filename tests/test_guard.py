@@ -89,18 +89,6 @@ def test_failed_allocation_is_retried_at_half_and_matches_a_clean_run():
         assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_peak_reader_sees_a_transient_allocation():
-    reader = PeakReader()
-    reader.read()
-    big = torch.ones(64 * MiB // 4)  # 64 MiB, touched
-    del big
-    hardware.trim_heap()  # an earlier in-process run may have told glibc to keep freed memory
-    r = reader.read()
-    if reader.can_reset:  # Linux: VmHWM
-        assert r.step_peak - r.rss > 48 * MiB
-    assert r.headroom > 0
-
-
 class FixedReader:
     def __init__(self, reading):
         self.reading, self.released = reading, 0
@@ -126,3 +114,76 @@ def test_other_programs_eating_shared_headroom_make_it_shrink():
     # 0.6 GiB of shared headroom: 80% of (1 + 0.6) GiB = 1.28 GiB < the 1.5 GiB peak
     r = Reading(rss=1 * GiB, step_peak=1.5 * GiB, headroom=8 * GiB, shared_headroom=0.6 * GiB)
     assert g.observe(7, r) < 64
+
+
+def test_memory_kept_by_the_allocator_does_not_make_it_grow_back_past_the_budget():
+    # Freed memory is kept in the process: the RSS after each step equals its peak, so the
+    # step's growth over the resting RSS is zero. Growing back must use bytes per slot.
+    g = guard(mb=64, grow_after=3, slot_bytes=40 * MiB)
+    # step peak 4.2 GiB > the 4 GiB budget at micro-batch 64 -> shrink
+    assert g.observe(1, Reading(rss=4.2 * GiB, step_peak=4.2 * GiB, headroom=20 * GiB)) == 32
+    sizes = []
+    for step in range(2, 400):  # a long run: 32 x 40 MiB less, 2.95 GiB per step, RSS = peak
+        sizes.append(g.observe(step, Reading(rss=2.95 * GiB, step_peak=2.95 * GiB, headroom=20 * GiB)))
+    assert set(sizes) == {32}  # never back to 64: the budget was the reason and it does not change
+    assert [a["to"] for a in g.adjustments] == [32]
+
+
+def test_grows_back_after_other_programs_leave_only_when_the_prediction_fits():
+    g = guard(mb=64, grow_after=2, slot_bytes=16 * MiB)
+    crowded = Reading(rss=1 * GiB, step_peak=1.5 * GiB, headroom=8 * GiB, shared_headroom=0.5 * GiB)
+    assert g.observe(1, crowded) < 64
+    shrunk = g.micro_batch
+    calm = Reading(rss=1 * GiB, step_peak=1.2 * GiB, headroom=12 * GiB, shared_headroom=10 * GiB)
+    sizes = [g.observe(step, calm) for step in range(2, 12)]
+    assert sizes[-1] == 64 and sizes[0] == shrunk  # grew back in doublings, after calm steps
+    assert all(b >= a for a, b in zip(sizes, sizes[1:]))  # no oscillation
+
+
+def test_peak_reader_takes_the_step_peak_from_the_meter():
+    from trmkit.memory import PeakMeter
+
+    meter = PeakMeter(interval=0.001).start()
+    reader = PeakReader(meter=meter)
+    with meter.phase("train step"):
+        big = torch.ones(96 * MiB // 4)  # 96 MiB, touched
+        del big
+        hardware.trim_heap()  # an earlier in-process run may have told glibc to keep freed memory
+    r = reader.read()
+    meter.stop()
+    assert r.step_peak - r.rss > 64 * MiB  # seen although it was freed before the step ended
+    assert r.headroom > 0
+
+
+def test_an_allocation_failing_inside_backward_is_undone_and_the_step_stays_exact():
+    """The failure hits after some parameters already received the micro-batch's gradient: the
+    retried micro-batch must not add them twice (GradientUndo), and the carry of the micro-batches
+    already done is kept (it was overwritten in place)."""
+    def run(start_mb, fail_above):
+        torch.manual_seed(1)
+        cfg = Config(model=tiny(halt_max_steps=2), train=TrainConfig(batch_size=8, warmup_steps=1, lr=1e-3))
+        model = TRM(cfg.model)
+
+        def fail_in_backward(grad):  # the token embedding's gradient comes last: the heads' are in
+            if grad.shape[0] and fail_at["n"] > fail_above:
+                raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+            return grad
+
+        fail_at = {"n": 0}
+        model.register_forward_pre_hook(lambda _m, args: fail_at.update(n=args[0].shape[0]))
+        model.embed_tokens.weight.register_hook(fail_in_backward)
+        opts = build_optimizers(model, cfg)
+        state, stream, c = new_state(model, 8, 9, "cpu"), CountingStream(9), ctx(start_mb)
+        g = MemoryGuard(budget=GiB, batch_size=8, micro_batch=start_mb, max_micro_batch=start_mb,
+                        log=lambda m: None)
+        torch.manual_seed(2)
+        for _ in range(3):
+            train_step(model, state, stream, opts, cfg.train, c, on_oom=lambda e: g.on_oom(state.step, e))
+        return model, state, c.micro_batch, g.adjustments
+
+    guarded, state, mb, adjustments = run(8, fail_above=2)
+    clean, clean_state, _, _ = run(2, fail_above=2)
+    assert mb == 2 and [a["to"] for a in adjustments] == [4, 2]
+    for a, b in zip(guarded.parameters(), clean.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert torch.allclose(state.carry.z_H, clean_state.carry.z_H, atol=1e-5)

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trmkit"
 
 LAYER = {
     "trmkit": 0, "trmkit.config": 0,
-    "trmkit.hardware": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
+    "trmkit.hardware": 1, "trmkit.memory": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
     "trmkit.plan": 2,
     "trmkit.train": 3,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4,

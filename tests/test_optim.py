@@ -83,3 +83,14 @@ def test_ema_warmup_starts_fast():
     assert ema.current_decay() == 0.1
     ema.updates = 10_000
     assert ema.current_decay() == 0.999
+
+
+def test_adam_atan2_state_exists_before_the_first_step():
+    """Its memory is allocated at set-up, where it is measured, not inside the first step."""
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    opt = AdamAtan2(params, lr=1e-3)
+    assert all(opt.state[p]["exp_avg"].shape == p.shape and float(opt.state[p]["step"]) == 0 for p in params)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert all(float(opt.state[p]["step"]) == 1 for p in params)

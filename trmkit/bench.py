@@ -70,8 +70,10 @@ import numpy as np
 import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig, from_dict
-from trmkit.hardware import keep_freed_memory, probe_platform
-from trmkit.plan import CPU, DTYPES, autocast_factory, choose_keep_freed_memory
+from trmkit import hardware
+from trmkit.hardware import format_bytes, keep_freed_memory, probe_platform
+from trmkit.plan import (CPU, DEFAULT_BASELINE, DTYPES, MemoryContext, _cached_calibration, autocast_factory,
+                         choose_budget, choose_keep_freed_memory, largest_micro_batch)
 from trmkit.data.store import Batch, SampleStream
 from trmkit.model.layers import swiglu_width
 from trmkit.model.trm import TRM
@@ -253,7 +255,7 @@ def bench_settings(cfg: Config) -> dict[str, Any]:
     if cfg.run.device not in ("auto", CPU):
         raise ConfigError("trmkit bench measures the CPU: set run.device=cpu or auto")
     dtype = cfg.run.dtype if cfg.run.dtype in DTYPES else "float32"
-    keep = choose_keep_freed_memory(cfg.run.keep_freed_memory, probe_platform().libc, CPU)
+    keep, _ = choose_keep_freed_memory(cfg.run.keep_freed_memory, probe_platform().libc, CPU)
     return {
         "dtype": dtype,
         "dtype_reason": "run.dtype" if cfg.run.dtype in DTYPES else "run.dtype=auto -> float32 (CPU default)",
@@ -381,6 +383,8 @@ class BenchOptions:
     peak_seconds: float = 0.5  # per size and dtype, per sample (best of 3 reps)
     gemm_seconds: float = 0.3  # per model-shaped GEMM (0 = skip the GEMM ceiling)
     memory: bool = True  # measure MB per slot in two fresh subprocesses
+    budget: int | None = None  # bytes (--memory-budget); None: the planner's default budget
+    cache_dir: str | None = None  # the planner's measurement cache (its learned calibration)
     compile_target: str = "net"  # with run.compile=on: "net" (model.net) or "model"
 
     def __post_init__(self) -> None:
@@ -409,8 +413,30 @@ def run_bench(cfg: Config, steps: int = 5, warmup: int = 2, log: Log = print, **
         torch.set_num_threads(old_threads)
 
 
+def check_budget(cfg: Config, settings: dict[str, Any], budget: int | None, cache_dir: str | None,
+                 log: Log) -> dict[str, Any]:
+    """The benchmark's steps live under the same ceiling as training: the planner's budget
+    (given or default) must hold the planner's estimate of the step at the bench's micro-batch,
+    or the bench stops before it starts, naming a micro-batch that fits."""
+    hw = hardware.probe()
+    chosen = choose_budget(hw, cfg.run.memory_budget, budget, on_gpu=False)
+    m, B, mb, ckpt = resolve(cfg)[0].model, cfg.train.batch_size, settings["micro_batch"], settings["grad_checkpointing"]
+    mc = MemoryContext(settings["dtype"], max(hw.memory.rss, DEFAULT_BASELINE // 2),
+                       _cached_calibration(m, settings["dtype"], cache_dir), cfg.train.ema_decay > 0, chosen.value)
+    peak = mc.estimate(m, B, mb, ckpt, eval_batch=1).train_peak
+    log(f"bench: budget={format_bytes(chosen.value)} ({chosen.reason}); estimated step peak "
+        f"{format_bytes(peak)} at micro-batch {mb}")
+    if peak > chosen.value:
+        fit = largest_micro_batch(m, B, ckpt, mc)
+        fix = f"set train.micro_batch={fit}" if fit else "use a smaller train.batch_size or model"
+        raise ConfigError(f"trmkit bench at micro-batch {mb} needs an estimated {format_bytes(peak)}, more than "
+                          f"the memory budget of {format_bytes(chosen.value)}: {fix}, or raise --memory-budget")
+    return {"budget_bytes": chosen.value, "estimated_peak_bytes": peak}
+
+
 def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
     settings = bench_settings(cfg)
+    ceiling_check = check_budget(cfg, settings, opts.budget, opts.cache_dir, log)
     for line in (f"dtype={settings['dtype']} ({settings['dtype_reason']})",
                  f"compile={settings['compile']} ({settings['compile_reason']})",
                  f"threads={settings['threads']} ({settings['threads_reason']})",
@@ -431,8 +457,11 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
         log("bench: model-shaped GEMMs")
         ceiling = gemm_ceiling(model_gemms(s.cfg.model, s.cfg.train.batch_size),
                                DTYPES[settings["dtype"]], opts.gemm_seconds)
-    return assemble(s.cfg, settings, flops_per_sample(s.cfg.model), warm, times, peaks, ceiling, mem,
-                    opts.compile_target)
+    result = assemble(s.cfg, settings, flops_per_sample(s.cfg.model), warm, times, peaks, ceiling, mem,
+                      opts.compile_target)
+    result["memory_budget_mb"] = ceiling_check["budget_bytes"] / MB
+    result["estimated_peak_mb"] = ceiling_check["estimated_peak_bytes"] / MB
+    return result
 
 
 def steps_with_peaks(s: BenchSession, steps: int, peak_sizes: tuple[int, ...], peak_seconds: float,

@@ -87,19 +87,28 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `trmkit train`")
     p.add_argument("--data", default=None, help="dataset directory (default: the run's data.path)")
     p.add_argument("--limit", type=int, default=None, help="evaluate at most N test examples")
+    p.add_argument("--memory-budget", default=None,
+                   help="peak memory the evaluation may use: 2GB, 2GiB, 512MB (overrides run.memory_budget)")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from trmkit import hardware
+    from trmkit import hardware, plan
     from trmkit.train import loop
 
     run_dir = Path(args.run_dir)
     overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else [])
     cfg = config_mod.load(run_dir / "config.yaml", overrides)
+    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
     session = loop.prepare(cfg, hardware.probe(), log=lambda m: print(m, file=sys.stderr),
-                           cache_dir=_cache_dir())
+                           cache_dir=_cache_dir(), budget_bytes=budget)
     loop.load_weights(session, run_dir)
-    print(json.dumps(loop.run_eval(session, args.limit), indent=2))
+    with session.meter.phase("eval"):
+        result = loop.run_eval(session, args.limit, log=lambda m: print(m, file=sys.stderr))
+    memory = loop.memory_summary(session, log=lambda m: print(m, file=sys.stderr))
+    result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
+    result["memory_budget_gb"] = round(int(session.plan.budget.value) / 2**30, 3)
+    result["memory"] = memory
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -190,6 +199,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", metavar="OUT.json", default=None, help="write the result as a baseline")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the MB-per-slot probe (two fresh processes, two steps each)")
+    p.add_argument("--memory-budget", default=None,
+                   help="peak memory the benchmark may use (6GB, 6GiB): its step must fit, as a training run's must")
     p.add_argument("--compile-target", choices=("net", "model"), default="net",
                    help="with run.compile=on: compile model.net or the whole model")
     p.add_argument("--learn", type=float, metavar="MINUTES", default=None,
@@ -224,8 +235,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.every is not None or args.data_dir is not None or args.schedule is not None:
         raise ConfigError("--every, --data-dir and --schedule need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
+    from trmkit.plan import parse_bytes
+
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
-                             compile_target=args.compile_target, log=log)
+                             compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),
+                             budget=parse_bytes(args.memory_budget) if args.memory_budget else None)
     if args.save:
         bench.save_result(result, args.save)
     ok, lines = bench.compare(result, baseline, args.tolerance) if baseline else (True, [])

@@ -6,7 +6,8 @@ The keys read here are:
 
     train/loss, train/accuracy, train/exact_accuracy, eval/*,
     perf/samples_per_second, perf/samples_seen (cumulative),
-    sys/rss_gb, sys/available_gb, sys/cpu_percent (this process, 100 = one core),
+    sys/rss_gb, sys/peak_rss_gb (the kernel's high-water mark of this process),
+    sys/available_gb, sys/cpu_percent (this process, 100 = one core),
     sys/temperature_c, sys/freq_ratio (current / maximum CPU clock)
 
 Loggers follow torchtune's ``metric_logging``: a three-method protocol with
@@ -194,21 +195,25 @@ class SystemSampler:
     """RSS, available RAM and CPU % of one process, read with psutil.
 
     CPU % is over the interval since the previous sample (100 = one core busy).
+    `peak_bytes`, when given, reports the process's peak RSS as the kernel
+    keeps it (trmkit.memory.PeakMeter.process_peak): samples taken here, at
+    step boundaries, would miss the peaks inside steps, evaluation and saving.
     """
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, peak_bytes: Callable[[], int] | None = None) -> None:
         self._proc = psutil.Process(pid)
         self._proc.cpu_percent(None)  # the first call only starts the interval
-        self.peak_rss_gb = 0.0
+        self._peak_bytes = peak_bytes
 
     def sample(self) -> dict[str, float]:
-        rss = self._proc.memory_info().rss / GB
-        self.peak_rss_gb = max(self.peak_rss_gb, rss)
-        return {
-            "sys/rss_gb": rss,
+        out = {
+            "sys/rss_gb": self._proc.memory_info().rss / GB,
             "sys/available_gb": psutil.virtual_memory().available / GB,
             "sys/cpu_percent": self._proc.cpu_percent(None),
         }
+        if self._peak_bytes is not None:
+            out["sys/peak_rss_gb"] = self._peak_bytes() / GB
+        return out
 
 
 # --------------------------------------------------------------------------- progress line
@@ -257,6 +262,8 @@ def format_status(
     parts.append(f"ETA {format_duration(eta_seconds)}")
     if "sys/rss_gb" in metrics:
         ram = f"RSS {metrics['sys/rss_gb']:.2f} GB"
+        if "sys/peak_rss_gb" in metrics:
+            ram += f" (peak {metrics['sys/peak_rss_gb']:.2f})"
         if "sys/available_gb" in metrics:
             ram += f", {metrics['sys/available_gb']:.1f} GB free"
         parts.append(ram)
@@ -462,7 +469,8 @@ def summarize(history: Sequence[Mapping[str, Any]], facts: RunFacts | None = Non
     seen = _series(history, "perf/samples_seen")
     wall = _first(facts.wall_seconds, walls[-1] if walls else None)
     samples = _first(facts.samples_seen, int(seen[-1]) if seen else None)
-    temps, freqs, rss = (_series(history, k) for k in ("sys/temperature_c", "sys/freq_ratio", "sys/rss_gb"))
+    temps, freqs, rss, peaks = (_series(history, k) for k in ("sys/temperature_c", "sys/freq_ratio", "sys/rss_gb",
+                                                                "sys/peak_rss_gb"))
     summary: dict[str, Any] = {
         "steps": int(history[-1]["step"]) if history else 0,
         "started_at": times[0] - walls[0] if times and walls else None,
@@ -480,7 +488,7 @@ def summarize(history: Sequence[Mapping[str, Any]], facts: RunFacts | None = Non
         "cores": facts.cores,
         "threads": facts.threads,
         "cpu_percent_mean": _first(facts.cpu_percent_mean, statistics.fmean(cpu) if cpu else None),
-        "peak_rss_gb": _first(facts.peak_rss_gb, max(rss) if rss else None),
+        "peak_rss_gb": _first(facts.peak_rss_gb, max(peaks) if peaks else None, max(rss) if rss else None),
         "memory_budget_gb": facts.memory_budget_gb,
         "guard_adjustments": list(facts.guard_adjustments),
         "freq_ratio": _first(facts.freq_ratio, min(freqs) if freqs else None),
@@ -556,6 +564,15 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"{_fmt((summary.get('cores') or 0) * 100 or None, 'd', '%')} | peak RSS "
         f"{_fmt(summary.get('peak_rss_gb'), '.2f', ' GB')} (budget {_fmt(summary.get('memory_budget_gb'), '.2f', ' GB')})",
     ]
+    memory = summary.get("memory") or {}
+    phases = {k: v for k, v in (memory.get("phases") or {}).items() if k != "process"}
+    if phases:
+        lines.append("peak RSS per phase (GiB): " + ", ".join(f"{k} {v['peak_gb']:.2f}" for k, v in phases.items()))
+    for name, check in (memory.get("estimate_check") or {}).items():
+        start = check.get("resident_at_start_gb") or 0
+        kept = f"; {start:.2f} GiB was already resident when it began" if start >= check["estimate_gb"] else ""
+        lines.append(f"plan estimate of {name}: {check['estimate_gb']:.2f} GiB, measured {check['peak_gb']:.2f} GiB "
+                     f"({check['error']:+.0%}{kept})")
     final = summary.get("final_metrics") or {}
     shown = {k: v for k, v in final.items() if k.startswith("eval/")} or final
     if shown:

@@ -15,12 +15,14 @@ training step:
     peak = fixed + batch_size * carry_per_slot + micro_batch * micro_per_slot
 
 - fixed: this process before the model exists (Python, torch; `hw.memory.rss`),
-  the runtime's own allocations (oneDNN, OpenMP, allocator; calibrated), the
-  weights, their gradients, Adam's m and v, the EMA copy, the puzzle-embedding
+  the runtime's own allocations (oneDNN, OpenMP, allocator; calibrated, and
+  raised by what earlier runs measured beyond the estimate: `learn_from_peaks`),
+  the weights, their gradients and the guard's copy of them, Adam's m and v,
+  the EMA copy, the puzzle-embedding
   table and, under bf16 autocast, the bf16 copies of the weights.
 - carry_per_slot, for every slot of the *global* batch (they persist across
-  micro-batches): z_H and z_L twice (the carry and the step's output buffers),
-  the puzzle-embedding rows and their gradients that the sparse optimizer holds
+  micro-batches): z_H and z_L (each micro-batch's outputs overwrite its slots
+  in place once its backward is done), the puzzle-embedding rows and their gradients that the sparse optimizer holds
   until the step ends, the slot's inputs and labels.
 - micro_per_slot: what autograd saves for the cycle that keeps gradients
   (n + 1 calls of the network; per block the SwiGLU gate/up outputs, silu,
@@ -64,7 +66,8 @@ from typing import Any, Callable
 import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig
-from trmkit.hardware import HardwareInfo, effective_available, format_bytes, keep_freed_memory
+from trmkit.hardware import (KEEP_TRIM_THRESHOLD, HardwareInfo, effective_available, format_bytes,
+                              keep_freed_memory, return_freed_memory)
 from trmkit.model.layers import Network, rotary_tables, swiglu_width
 
 Log = Callable[[str], None]
@@ -155,6 +158,7 @@ class Plan:
     keep_freed_memory: Choice = field(default_factory=lambda: Choice(False, "default"))
     estimate: MemoryEstimate | None = None
     step_seconds: float | None = None  # estimated wall time of one optimizer step
+    trim_threshold: int = 0  # free heap top glibc may keep (keep_freed_memory); see choose_keep_freed_memory
 
     def choices(self) -> dict[str, Choice]:
         names = ("device", "threads", "interop_threads", "workers", "dtype", "budget", "micro_batch",
@@ -256,6 +260,13 @@ class Calibration:
     runtime_overhead: int = DEFAULT_RUNTIME_OVERHEAD  # bytes beyond the baseline RSS, fixed
     backward_calls: float = DEFAULT_BACKWARD_CALLS  # backward working set, in network calls' activations
     source: str = "defaults measured with torch 2.13 on x86-64 Linux"
+    eval_overhead: int = 0  # bytes evaluation needed beyond its estimate in an earlier run (learned)
+    measured_runs: int = 0  # runs of this config whose peaks were checked against the estimate
+
+    @property
+    def margin(self) -> float:
+        """Share of the budget kept free for the memory model's error: wide until a run here measured it."""
+        return MEASURED_MARGIN if self.measured_runs else DEFAULT_MARGIN
 
 
 def seq_total(m: ModelConfig) -> int:
@@ -316,7 +327,7 @@ def micro_slot_bytes(m: ModelConfig, elem: int, grad_checkpointing: bool, backwa
 def carry_slot_bytes(m: ModelConfig) -> int:
     """Bytes per slot of the global batch that live through the whole step."""
     S, D = seq_total(m), m.hidden_size
-    carry = 4 * S * D * 4  # z_H, z_L of the carry and of the step's output buffers (float32)
+    carry = 2 * S * D * 4  # z_H, z_L (float32), updated in place micro-batch by micro-batch
     puzzle_rows = 2 * m.puzzle_emb_len * D * 4  # rows in use and their gradients, until the update
     data = m.seq_len * (1 + 8) + 8 + 4 + 1 + 2 * 4  # inputs uint8, labels int64, id, steps, halted, draws
     return carry + puzzle_rows + data
@@ -331,6 +342,7 @@ def fixed_parts(m: ModelConfig, dtype: str, baseline: int, calib: Calibration,
         "runtime overhead": calib.runtime_overhead,
         "weights": 4 * n,
         "gradients": 4 * n,
+        "gradient undo copy": 4 * n,  # the guard's copy to undo a micro-batch whose allocation failed
         "optimizer (Adam m, v)": 8 * n,
         "EMA copy": 4 * n if ema else 0,
         "puzzle embeddings": 4 * m.num_puzzle_ids * m.puzzle_emb_len * m.hidden_size,
@@ -361,7 +373,7 @@ def estimate_memory(m: ModelConfig, batch_size: int, micro_batch: int, *, dtype:
     parts["carry"] = batch_size * carry
     parts["activations"] = micro_batch * micro
     eval_batch = min(batch_size, EVAL_BATCH_MAX) if eval_batch is None else eval_batch
-    eval_peak = fixed + batch_size * carry + eval_batch * eval_slot_bytes(m, elem)
+    eval_peak = fixed + batch_size * carry + eval_batch * eval_slot_bytes(m, elem) + calib.eval_overhead
     return MemoryEstimate(batch_size, micro_batch, grad_checkpointing, dtype, parts, carry, micro,
                           eval_batch, eval_peak)
 
@@ -598,7 +610,8 @@ def calibrate_memory(m: ModelConfig, dtype: str, threads: int, cache_dir: str | 
     """Measure two real steps (in subprocesses) and fit the memory model's constants; cached."""
     key = calibration_key(m, dtype)
     cached = _read_cache(cache_dir, CALIBRATION_FILE).get(key)
-    if cached and set(cached) == {f.name for f in dataclasses.fields(Calibration)}:
+    if cached and set(cached) <= {f.name for f in dataclasses.fields(Calibration)} and "backward_calls" in cached \
+            and "measured here" in str(cached.get("source", "")):
         return Calibration(**cached)
     fast = dataclasses.replace(m, H_cycles=1)  # the cycles without gradients add time, not memory
     log(f"calibrating the memory model: one step at micro-batch {sizes[0]} and {sizes[1]} "
@@ -608,6 +621,34 @@ def calibrate_memory(m: ModelConfig, dtype: str, threads: int, cache_dir: str | 
                             f"measured here: steps at micro-batch {sizes[0]} and {sizes[1]}")
     _write_cache(cache_dir, CALIBRATION_FILE, key, asdict(calib))
     return calib
+
+
+LEARN_MARGIN = 1.02  # a learned deficit is stored 2% larger: the next run's peak varies a little too
+DEFAULT_MARGIN = 0.10  # the estimate was 4-6% low for the paper config before any run here measured it
+MEASURED_MARGIN = 0.03  # once a run of this config measured (and taught) it
+
+
+def learn_from_peaks(m: ModelConfig, dtype: str, cache_dir: str | Path | None, deficits: dict[str, float],
+                     source: str) -> bool:
+    """Raise the cached calibration by what a run measured beyond its estimates.
+
+    deficits: {'train step': measured peak - estimate, 'eval': ...} in bytes. A training step
+    that needed more raises the runtime overhead (every later estimate includes it); evaluation
+    raises its own overhead by what is left. Only upward: an estimate that was high stays safe.
+    Every checked run counts in `measured_runs`, which narrows the planning margin.
+    Returns True when the cache was written."""
+    if cache_dir is None or "train step" not in deficits:
+        return False
+    train = max(0.0, deficits["train step"]) * LEARN_MARGIN
+    evals = max(0.0, deficits.get("eval", 0.0) * LEARN_MARGIN - train)
+    old = _cached_calibration(m, dtype, cache_dir)
+    raised = train >= MiB or evals >= MiB
+    new = dataclasses.replace(old, runtime_overhead=int(old.runtime_overhead + train * raised),
+                              eval_overhead=int(old.eval_overhead + evals * raised),
+                              measured_runs=old.measured_runs + 1,
+                              source=old.source + (f"; raised after {source} measured more" if raised else ""))
+    _write_cache(cache_dir, CALIBRATION_FILE, calibration_key(m, dtype), asdict(new))
+    return True
 
 
 # ----------------------------------------------------------------------------- choices
@@ -635,19 +676,37 @@ def choose_threads(requested: int, hw: HardwareInfo) -> tuple[Choice, Choice]:
     return intra, inter
 
 
-def choose_keep_freed_memory(setting: str, libc: str, device: str) -> Choice:
-    """Keep freed memory in the process (glibc) instead of faulting it back in every step."""
+MIN_TRIM_THRESHOLD = 32 * MiB  # below this glibc would return (and fault back) every activation buffer
+TIGHT_BUDGET = 1.25  # a budget under this multiple of the estimated peak leaves no room for kept memory
+
+
+def choose_keep_freed_memory(setting: str, libc: str, device: str, room: int = KEEP_TRIM_THRESHOLD,
+                             tight: bool = False) -> tuple[Choice, int]:
+    """Keep freed memory in the process (glibc) instead of faulting it back in every step; and
+    the trim threshold (0: freed buffers go back to the OS at once, `return_freed_memory`).
+
+    Kept free memory at the heap's top is bounded by `room`, the larger of the budget's slack
+    over the estimated peak and one micro-batch's activations (which the estimate holds). Where
+    the budget is `tight` (under TIGHT_BUDGET x the estimate) nothing is kept: a heap whose freed
+    holes cannot be reused could take the process past the budget within a step."""
+    trim = int(max(MIN_TRIM_THRESHOLD, min(room, KEEP_TRIM_THRESHOLD)))
+    kept = (f"; free heap top kept up to {format_bytes(trim)} (the larger of the budget's slack over the "
+            "estimated peak and one micro-batch's activations)")
     if setting == "off":
-        return Choice(False, "set in the config (run.keep_freed_memory)")
+        return Choice(False, "set in the config (run.keep_freed_memory)"), 0
     if not libc.startswith("glibc"):
-        return Choice(False, f"only glibc's malloc is tuned; this C library is {libc or 'not glibc'}")
+        return Choice(False, f"only glibc's malloc is tuned; this C library is {libc or 'not glibc'}"), 0
     if setting == "on":
-        return Choice(True, "set in the config (run.keep_freed_memory)")
+        return Choice(True, "set in the config (run.keep_freed_memory)" + kept), trim
     if device != CPU:
-        return Choice(False, "tensors live in the GPU's caching allocator, which already reuses memory")
+        return Choice(False, "tensors live in the GPU's caching allocator, which already reuses memory"), 0
+    if tight:
+        return Choice(False, f"the budget is less than {TIGHT_BUDGET:.2f}x the estimated peak: freed buffers of "
+                             "1 MiB or more go back to the OS at once, so neither kept memory nor a fragmented "
+                             "heap can take the process past it (costs page faults: slower steps)"), 0
     return Choice(True, "glibc otherwise unmaps freed activation buffers and faults them back in every step "
                         "(23,000-88,000 page faults per step of the paper config measured); kept for reuse, "
-                        "the guard still returns memory when it shrinks (docs/performance.md)")
+                        "the guard still returns memory when it shrinks (docs/performance.md)" + kept), trim
 
 
 def choose_workers() -> Choice:
@@ -732,7 +791,14 @@ class MemoryContext:
     baseline: int
     calibration: Calibration
     ema: bool
-    budget: int
+    budget: int  # what estimates must fit: the given budget less the margin for the model's error
+    given: int = 0  # the budget as given (0: the same as `budget`)
+
+    def shown(self) -> str:
+        """The budget for messages: as given, and what the plan fits into when that is less."""
+        if not self.given or self.given == self.budget:
+            return format_bytes(self.budget)
+        return f"{format_bytes(self.given)} ({format_bytes(self.budget)} after the margin for the memory model's error)"
 
     def estimate(self, m: ModelConfig, batch: int, micro: int, ckpt: bool,
                  eval_batch: int | None = None) -> MemoryEstimate:
@@ -797,7 +863,7 @@ def _no_fit_error(cfg: Config, mc: MemoryContext) -> ConfigError:
     top = sorted(need.parts.items(), key=lambda kv: -kv[1])[:3]
     return ConfigError(
         f"model D={m.hidden_size} with train.batch_size={B} ({seq_total(m)} positions per slot) does not "
-        f"fit the memory budget of {format_bytes(mc.budget)}: even micro-batch 1 with activation "
+        f"fit the memory budget of {mc.shown()}: even micro-batch 1 with activation "
         f"checkpointing needs {format_bytes(need.train_peak)} (largest parts: "
         + ", ".join(f"{k} {format_bytes(v)}" for k, v in top) + "). Try: " + "; ".join(hints))
 
@@ -836,7 +902,7 @@ def _set_micro_batch(cfg: Config, mc: MemoryContext) -> tuple[Choice, Choice]:
             raise _no_fit_error(cfg, mc)
         need = mc.estimate(m, B, mb, ckpt.value).train_peak
         raise ConfigError(f"train.micro_batch={mb} needs an estimated {format_bytes(need)}, more than the "
-                          f"budget of {format_bytes(mc.budget)}: set train.micro_batch={best} "
+                          f"budget of {mc.shown()}: set train.micro_batch={best} "
                           "or 0 (the planner decides)")
     est = mc.estimate(m, B, mb, ckpt.value)
     return Choice(mb, f"set in the config (train.micro_batch); est. {format_bytes(est.train_peak)}"), ckpt
@@ -854,13 +920,13 @@ def choose_micro_batch(cfg: Config, mc: MemoryContext, device: str) -> tuple[Cho
         ckpt = Choice(mode == "on", "set in the config (run.grad_checkpointing)")
         if (yes if ckpt.value else no) == 0:
             raise ConfigError(f"run.grad_checkpointing={mode}: micro-batch 1 does not fit the budget of "
-                              f"{format_bytes(mc.budget)}; set run.grad_checkpointing=on or auto")
+                              f"{mc.shown()}; set run.grad_checkpointing=on or auto")
     else:
         ckpt = _auto_checkpointing(no, yes, m, device)
     mb = yes if ckpt.value else no
     est = mc.estimate(m, B, mb, ckpt.value)
     whole = "the whole batch at once" if mb == B else f"largest divisor of {B} that fits"
-    return Choice(mb, f"{whole}: budget {format_bytes(mc.budget)}, {format_bytes(est.micro_per_slot)} per "
+    return Choice(mb, f"{whole}: budget {mc.shown()}, {format_bytes(est.micro_per_slot)} per "
                       f"slot, {format_bytes(est.fixed + est.parts['carry'])} fixed and carry"), ckpt
 
 
@@ -872,7 +938,7 @@ def choose_eval_batch(cfg: Config, mc: MemoryContext, micro: int, ckpt: bool) ->
         if e == 1 or mc.estimate(m, B, micro, ckpt, eval_batch=e).eval_peak <= mc.budget:
             break
     if e < top:
-        why = f"the most that fit the budget of {format_bytes(mc.budget)} beside the training state"
+        why = f"the most that fit the budget of {mc.shown()} beside the training state"
     else:
         why = f"min(batch {B}, {EVAL_BATCH_MAX}): evaluation keeps no activations, larger gains nothing"
     return Choice(e, why)
@@ -951,7 +1017,13 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
     calib = (calibrate_memory(cfg.model, dtype.value, threads.value, cache_dir, log) if calibrate and not on_gpu
              else _cached_calibration(cfg.model, dtype.value, cache_dir))
     baseline = 0 if on_gpu else max(hw.memory.rss, DEFAULT_BASELINE // 2)
-    mc = MemoryContext(dtype.value, baseline, calib, cfg.train.ema_decay > 0, budget.value)
+    planned = budget.value if on_gpu else int(budget.value / (1 + calib.margin))
+    if planned < budget.value:
+        why = ("a run of this config here measured it" if calib.measured_runs
+               else "no run of this config here has measured it yet")
+        budget = Choice(budget.value, f"{budget.reason}; steps planned to {format_bytes(planned)}: "
+                                      f"{calib.margin:.0%} kept for the memory model's error ({why})")
+    mc = MemoryContext(dtype.value, baseline, calib, cfg.train.ema_decay > 0, planned, budget.value)
     micro, ckpt = choose_micro_batch(cfg, mc, device.value)
     accumulation = Choice(cfg.train.batch_size // micro.value,
                           f"keeps the global batch of {cfg.train.batch_size}: {cfg.train.batch_size} / {micro.value}")
@@ -960,12 +1032,14 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
         if speeds else None
     compiled = choose_compile(cfg, hw, device.value, dtype.value, micro.value, threads.value, step_s,
                               cache_dir, log)
+    estimate = mc.estimate(cfg.model, cfg.train.batch_size, micro.value, ckpt.value, eval_batch.value)
+    keep, trim = choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc, device.value,
+                                          max(budget.value - estimate.total, estimate.parts["activations"]),
+                                          tight=budget.value < TIGHT_BUDGET * estimate.total)
     plan = Plan(device=device, dtype=dtype, threads=threads, micro_batch=micro, accumulation=accumulation,
                 interop_threads=interop, workers=choose_workers(), budget=budget, grad_checkpointing=ckpt,
-                eval_batch=eval_batch, compile=compiled, step_seconds=step_s,
-                keep_freed_memory=choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc,
-                                                           device.value),
-                estimate=mc.estimate(cfg.model, cfg.train.batch_size, micro.value, ckpt.value, eval_batch.value))
+                eval_batch=eval_batch, compile=compiled, step_seconds=step_s, keep_freed_memory=keep,
+                trim_threshold=trim, estimate=estimate)
     for line in plan.lines():
         log(f"plan: {line}")
     return plan
@@ -1013,7 +1087,9 @@ def apply_to_process(plan: Plan) -> None:
     with contextlib.suppress(RuntimeError):  # inter-op pool already started: keep it
         torch.set_num_interop_threads(int(plan.interop_threads.value))
     if plan.keep_freed_memory.value:
-        keep_freed_memory()
+        keep_freed_memory(plan.trim_threshold or KEEP_TRIM_THRESHOLD)
+    elif plan.is_cpu and "go back to the OS" in plan.keep_freed_memory.reason:
+        return_freed_memory()
 
 
 def apply_to_model(plan: Plan, model: torch.nn.Module) -> None:

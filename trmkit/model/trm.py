@@ -122,6 +122,14 @@ class TRM(nn.Module):
             halted=carry.halted,
         )
 
+    def reset_(self, carry: Carry) -> None:
+        """`reset` in place: no second copy of the carry (for the paper's batch of 768, 305 MB)."""
+        slots = torch.nonzero(carry.halted).flatten()
+        if len(slots):
+            carry.z_H[slots] = self.H_init.to(carry.z_H.dtype)
+            carry.z_L[slots] = self.L_init.to(carry.z_L.dtype)
+            carry.steps[slots] = 0
+
     def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
         """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings]."""
         x = self.embed_tokens(inputs.long())  # (B, L, D)

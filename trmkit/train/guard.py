@@ -1,41 +1,44 @@
 """The memory guard: keep a run under its memory budget by resizing micro-batches.
 
-At every step boundary the guard reads (cheaply, ~0.1 ms) the process RSS,
-the peak RSS of the step that just ended (Linux VmHWM, reset after each read
-through /proc/self/clear_refs; so a guarded process's ru_maxrss and VmHWM
-only cover the time since the last step), and the headroom left under the
-effective limit (system available, cgroup limit, RLIMIT_AS; see hardware.py).
-The transient memory of a step (peak - resting RSS) scales with the micro-batch.
+At every step boundary the guard reads the step's peak RSS from the run's
+`PeakMeter` (trmkit/memory.py: sampled every 5 ms plus the kernel's
+high-water mark, which is never reset), the resting RSS, and the headroom
+left under the effective limit (system available, cgroup limit, RLIMIT_AS;
+see hardware.py). With freed memory kept in the process (the planner's
+`keep_freed_memory`) the resting RSS stays near the step's peak, so the
+guard predicts the peak at another micro-batch from bytes per slot: the
+plan's estimate, or a measured one when two micro-batches have been seen and
+it is larger.
 
-- Shrink: when the predicted peak of the next step exceeds the budget (the
-  planner's ceiling, itself 80% of the limit by default) or `threshold` of what
-  this process could hold now under the limits it shares with other processes
-  (RSS + system or cgroup headroom: a browser opening tabs lowers it), or its
-  transient would not fit in `threshold` of the headroom, the micro-batch
-  becomes the largest divisor of the global batch that fits; accumulation
-  rises so the effective batch never changes. The freed heap is then returned
-  to the OS (glibc malloc_trim): glibc keeps freed chunks, so without it a
-  smaller micro-batch would free nothing for the others. For the same reason
-  the measured transient can be near zero; the plan's per-slot estimate is
-  then the floor.
+- Shrink: when the step's peak came within `margin` (3%) of the budget, or the RSS plus
+  `threshold` of the headroom this process shares with other processes
+  (system or cgroup headroom: a browser opening tabs lowers it; the rest is
+  a reserve for their growth), or the predicted growth would not fit in
+  `threshold` of the headroom,
+  the micro-batch becomes the largest divisor of the global batch whose
+  predicted peak fits; accumulation rises so the effective batch never
+  changes. The freed heap is then returned to the OS (glibc malloc_trim).
 - Before the first step (`preflight`): the same check with the plan's
   predicted peak. Under a cgroup a first step that does not fit is killed by
   the kernel, not failed: there would be nothing to retry.
-- Retry: when an allocation fails anyway, the step is retried at half the
-  micro-batch (see train_step's on_oom).
-- Grow back: after `grow_after` consecutive steps well under the threshold,
-  the micro-batch doubles (never beyond the plan's choice) if the prediction fits.
+- Retry: when an allocation fails anyway, the failed micro-batch is undone
+  and retried at half the size (see train_step's on_oom).
+- Grow back: after `grow_after` consecutive calm steps the micro-batch
+  doubles (never beyond the plan's choice) only if the predicted peak fits
+  under `grow_margin` of the limit, and never to a size that was shrunk away
+  from because of the budget: the budget does not change, so it would only
+  be shrunk again (no oscillation).
 Every change is logged with its numbers and kept in `adjustments`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from trmkit import hardware
+from trmkit.memory import PeakMeter
 
 GiB = 1024**3
 
@@ -43,7 +46,7 @@ GiB = 1024**3
 @dataclass
 class Reading:
     rss: int  # resting RSS at the step boundary (bytes)
-    step_peak: int  # peak RSS during the last step (bytes); rss when unknown
+    step_peak: int  # peak RSS during the last step (bytes)
     headroom: int  # bytes still allocatable under the effective limit
     shared_headroom: int | None = None  # the part other processes draw from too (RLIMIT_AS left out)
 
@@ -57,41 +60,18 @@ def divisors_upto(n: int, limit: int) -> int:
 
 
 class PeakReader:
-    """Reads resting RSS and the per-step peak RSS (Linux), plus headroom."""
+    """Resting RSS and headroom now, and the peak of the phase that just ended (from the meter)."""
 
-    def __init__(self, memory_info: hardware.MemoryInfo | None = None, proc: str = "/proc/self"):
-        self.memory_info, self.proc = memory_info, proc
-        self.can_reset = self._reset()
-
-    def _reset(self) -> bool:
-        try:
-            with open(f"{self.proc}/clear_refs", "w") as f:
-                f.write("5")  # resets VmHWM to the current RSS
-            return True
-        except OSError:
-            return False
-
-    def _status(self) -> tuple[int, int] | None:
-        try:
-            with open(f"{self.proc}/status") as f:
-                text = f.read()
-        except OSError:
-            return None
-        hwm, rss = re.search(r"VmHWM:\s+(\d+)", text), re.search(r"VmRSS:\s+(\d+)", text)
-        return (int(hwm.group(1)) * 1024, int(rss.group(1)) * 1024) if hwm and rss else None
+    def __init__(self, memory_info: hardware.MemoryInfo | None = None, meter: PeakMeter | None = None):
+        self.memory_info, self.meter = memory_info, meter
 
     def release(self) -> None:
-        """Return freed memory to the OS, then restart the peak from the lower RSS."""
+        """Return freed memory to the OS."""
         hardware.trim_heap()
-        if self.can_reset:
-            self._reset()
 
     def read(self) -> Reading:
         sample = hardware.read_memory_now(self.memory_info)
-        status = self._status() if self.can_reset else None
-        peak = status[0] if status else sample.rss
-        if self.can_reset:
-            self._reset()
+        peak = self.meter.last if self.meter is not None and self.meter.last else sample.rss
         return Reading(rss=sample.rss, step_peak=max(peak, sample.rss),
                        headroom=hardware.effective_available(sample),
                        shared_headroom=hardware.effective_available(dataclasses.replace(sample, rlimit_as=None)))
@@ -108,8 +88,12 @@ class MemoryGuard:
     log: Callable[[str], None] = print
     reader: PeakReader | None = None  # what the loop reads at each step boundary
     slot_bytes: int = 0  # the plan's estimate of one micro-batch slot: floor of the measured one
+    margin: float = 0.03  # act when a step's peak comes this close to the budget, not after it passed
+    grow_margin: float = 0.9  # grow only if the predicted peak stays under this share of the limit
+    ceiling: int = 1 << 30  # never grow to this micro-batch or beyond (shrunk from it for the budget)
     adjustments: list[dict] = field(default_factory=list)
     _calm_steps: int = 0
+    _peaks: dict[int, int] = field(default_factory=dict)  # micro-batch -> largest step peak seen
 
     def _record(self, step: int, new: int, reason: str) -> None:
         old, self.micro_batch = self.micro_batch, new
@@ -124,42 +108,64 @@ class MemoryGuard:
             self.reader.release()
 
     def preflight(self, predicted_peak: int) -> int:
-        """Before step 1: the plan's predicted peak against what is free now."""
+        """Before step 1: the plan's predicted peak against the budget and what is free now."""
         r = self.reader.read()
         return self.observe(0, dataclasses.replace(r, step_peak=max(predicted_peak, r.rss)))
 
+    def per_slot(self, r: Reading) -> float:
+        """Bytes per micro-batch slot: the largest of the plan's estimate, the slope between the
+        peaks of two micro-batches seen, and the step's growth over its resting RSS per slot (near
+        zero while freed memory is kept, so never trusted alone)."""
+        sizes = sorted(self._peaks)
+        slope = 0.0
+        if len(sizes) >= 2:
+            lo, hi = sizes[0], sizes[-1]
+            slope = (self._peaks[hi] - self._peaks[lo]) / (hi - lo)
+        transient = max(0, r.step_peak - r.rss) / max(1, self.micro_batch)
+        return max(float(self.slot_bytes), slope, transient, 1.0)
+
+    def limits(self, r: Reading) -> tuple[float, float]:
+        """(the most the step's peak may reach, the most it may grow beyond the resting RSS)."""
+        shared = r.headroom if r.shared_headroom is None else r.shared_headroom
+        return min(self.budget * (1 - self.margin), r.rss + self.threshold * shared), self.threshold * r.headroom
+
+    def fits(self, r: Reading, new: int, margin: float = 1.0) -> bool:
+        peak = r.step_peak + (new - self.micro_batch) * self.per_slot(r)
+        limit_peak, limit_growth = self.limits(r)
+        return peak <= margin * limit_peak and peak - r.rss <= limit_growth
+
     def observe(self, step: int, r: Reading) -> int:
         """Decide the micro-batch of the next step from the last step's reading."""
-        transient = max(0, r.step_peak - r.rss)
-        per_slot = transient / max(1, self.micro_batch)
-        shared = r.headroom if r.shared_headroom is None else r.shared_headroom
-        limit_peak = min(self.budget, self.threshold * (r.rss + shared))
-        limit_transient = min(limit_peak - r.rss, self.threshold * r.headroom)
-        if transient > limit_transient and self.micro_batch > 1:
-            fit = self.micro_batch - 1
-            if transient > self.threshold * r.headroom:
-                fit = min(fit, int(self.threshold * r.headroom // max(per_slot, 1)))
-            if r.step_peak > limit_peak:  # all of the activations must go, not only the measured part
-                slot = max(per_slot, self.slot_bytes)
-                rest = r.step_peak - self.micro_batch * slot
-                fit = min(fit, int(max(0, limit_peak - rest) // max(slot, 1)))
-            new = divisors_upto(self.batch_size, fit)
-            self._calm_steps = 0
-            self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs min(budget "
-                         f"{self.budget / GiB:.2f} GiB, {self.threshold:.0%} of RSS + shared headroom "
-                         f"{(r.rss + shared) / GiB:.2f} GiB), headroom {r.headroom / GiB:.2f} GiB, "
-                         f"{per_slot / 2**20:.1f} MiB per slot")
-            return self.micro_batch
-        if self.micro_batch < self.max_micro_batch and transient * 2 < 0.5 * limit_transient:
+        if step > 0:
+            self._peaks[self.micro_batch] = max(self._peaks.get(self.micro_batch, 0), r.step_peak)
+        if not self.fits(r, self.micro_batch) and self.micro_batch > 1:
+            return self._shrink(step, r)
+        if self.micro_batch < min(self.max_micro_batch, self.ceiling - 1):
             self._calm_steps += 1
             if self._calm_steps >= self.grow_after:
                 self._calm_steps = 0
-                new = divisors_upto(self.batch_size, min(self.max_micro_batch, self.micro_batch * 2))
-                if new > self.micro_batch:
-                    self._record(step, new, f"{self.grow_after} steps under half the threshold "
-                                 f"(step peak {r.step_peak / GiB:.2f} GiB)")
-        else:
-            self._calm_steps = 0
+                new = divisors_upto(self.batch_size, min(self.max_micro_batch, self.ceiling - 1,
+                                                         self.micro_batch * 2))
+                if new > self.micro_batch and self.fits(r, new, self.grow_margin):
+                    self._record(step, new, f"{self.grow_after} calm steps; predicted peak "
+                                 f"{(r.step_peak + (new - self.micro_batch) * self.per_slot(r)) / GiB:.2f} "
+                                 f"GiB fits under {self.grow_margin:.0%} of the limit")
+        return self.micro_batch
+
+    def _shrink(self, step: int, r: Reading) -> int:
+        new = self.micro_batch - 1
+        while new > 1 and not self.fits(r, new):
+            new -= 1
+        new = divisors_upto(self.batch_size, new)
+        limit_peak, _ = self.limits(r)
+        if r.step_peak > limit_peak >= self.budget * (1 - self.margin):  # the budget is fixed: never again
+            self.ceiling = min(self.ceiling, self.micro_batch)
+        shared = r.headroom if r.shared_headroom is None else r.shared_headroom
+        self._calm_steps = 0
+        self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs min(budget {self.budget / GiB:.2f} "
+                     f"GiB, RSS {r.rss / GiB:.2f} + {self.threshold:.0%} of the shared headroom "
+                     f"{shared / GiB:.2f} GiB), "
+                     f"headroom {r.headroom / GiB:.2f} GiB, {self.per_slot(r) / 2**20:.1f} MiB per slot")
         return self.micro_batch
 
     def on_oom(self, step: int, err: BaseException) -> int:

@@ -22,15 +22,16 @@ from trmkit import hardware, monitor
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import SampleStream, Split, eval_batches, open_split
 from trmkit.hardware import HardwareInfo
+from trmkit.memory import PeakMeter
 from trmkit.model.trm import TRM
-from trmkit.plan import Plan, apply_to_process, apply_to_model, make_plan
+from trmkit.plan import Plan, apply_to_process, apply_to_model, learn_from_peaks, make_plan
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
 from trmkit.train.evaluate import evaluate
 from trmkit.train.guard import MemoryGuard, PeakReader
 from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
 from trmkit.train.signals import graceful_stop
-from trmkit.train.step import Optimizers, StepContext, TrainState, new_state, train_step
+from trmkit.train.step import Optimizers, StepContext, TrainState, is_out_of_memory, new_state, train_step
 
 Log = Callable[[str], None]
 
@@ -49,6 +50,9 @@ class Session:
     test_split: Split | None
     ctx: StepContext
     guard: MemoryGuard | None = None
+    meter: PeakMeter = field(default_factory=PeakMeter)  # the process's peak RSS, per phase
+    cache_dir: Path | None = None  # where the plan's measurements are cached (and learn from this run)
+    eval_batch: int = 0  # evaluation slots per forward once an allocation failed (0: the plan's)
 
 
 def open_splits(cfg: Config) -> tuple[Split, Split | None]:
@@ -84,61 +88,115 @@ def build_optimizers(model: TRM, cfg: Config) -> Optimizers:
     return Optimizers(dense=build_optimizer(model.parameters(), t), sparse=sparse, ema=ema)
 
 
-def saved_config(run_dir: str) -> dict | None:
-    """The config stored in the run's newest checkpoint (None for a new run)."""
+def saved_meta(run_dir: str) -> dict:
+    """meta.json of the run's newest checkpoint ({} for a new run)."""
     paths = checkpoint.list_checkpoints(run_dir)
     if not paths:
-        return None
+        return {}
     try:
-        return json.loads((paths[-1] / "meta.json").read_text()).get("config")
+        return json.loads((paths[-1] / "meta.json").read_text())
     except (OSError, ValueError):
-        return None  # a damaged newest checkpoint is reported when it is loaded
+        return {}  # a damaged newest checkpoint is reported when it is loaded
+
+
+def saved_config(run_dir: str) -> dict | None:
+    """The config stored in the run's newest checkpoint (None for a new run)."""
+    return saved_meta(run_dir).get("config")
+
+
+def resume_dtype(cfg: Config, saved: dict, log: Log) -> Config:
+    """A resumed run keeps the compute dtype it was trained in (else it could not be bitwise)."""
+    dtype = (saved.get("execution") or {}).get("dtype")
+    if dtype and cfg.run.dtype == "auto":
+        log(f"resume: dtype={dtype} (the checkpoint was trained in it; a new measurement could pick "
+            "another, and the run would no longer continue bit for bit)")
+        return config_mod.replace(cfg, "run", dtype=dtype)
+    return cfg
 
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
-            budget_bytes: int | None = None) -> Session:
-    """Resolve cfg for the data and this machine, and build model and state."""
+            budget_bytes: int | None = None, meter: PeakMeter | None = None) -> Session:
+    """Resolve cfg for the data and this machine, and build model and state.
+
+    The meter (started here unless given) watches every phase from the planner's probes on."""
+    meter = meter or PeakMeter().start()
     train_split, test_split = open_splits(cfg)
     cfg = fill_from_meta(cfg, train_split)
-    plan = make_plan(cfg, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
-                     saved_config=saved_config(cfg.run.dir))
+    saved = saved_meta(cfg.run.dir)
+    cfg = resume_dtype(cfg, saved, log)
+    with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
+        plan = make_plan(cfg, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
+                         saved_config=saved.get("config"))
     apply_to_process(plan)
-    seed_everything(cfg.run.seed)
-    device = plan.torch_device()
-    model = TRM(cfg.model).to(device)
-    log(f"model: {model.num_parameters():,} trainable parameters "
-        f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
-        f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
-    opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
-    apply_to_model(plan, model)
-    state = new_state(model, cfg.train.batch_size, cfg.model.seq_len, device)
-    guard = make_guard(cfg, plan, hw, log)  # after model and state exist: its first check reads the RSS
-    ctx = StepContext(micro_batch=guard.micro_batch if guard else int(plan.micro_batch.value),
-                      ignore_label_id=train_split.meta.ignore_label_id,
+    with meter.phase("setup"):
+        seed_everything(cfg.run.seed)
+        device = plan.torch_device()
+        model = TRM(cfg.model).to(device)
+        log(f"model: {model.num_parameters():,} trainable parameters "
+            f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
+            f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
+        opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
+        apply_to_model(plan, model)
+        state = new_state(model, cfg.train.batch_size, cfg.model.seq_len, device)
+    guard = make_guard(cfg, plan, hw, log, meter)  # after model and state exist: it reads the RSS
+    micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
+    if guard is not None:
+        guard.micro_batch = micro
+    ctx = StepContext(micro_batch=micro, ignore_label_id=train_split.meta.ignore_label_id,
                       device=device, autocast=plan.autocast())
     return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
                    stream=SampleStream(train_split, cfg.run.seed), train_split=train_split,
-                   test_split=test_split, ctx=ctx, guard=guard)
+                   test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir)
 
 
-def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log) -> MemoryGuard | None:
+def resume_micro_batch(planned: int, saved: dict, log: Log) -> int:
+    """The micro-batch the checkpoint was trained at, when this plan allows it (bitwise resume)."""
+    was = (saved.get("execution") or {}).get("micro_batch")
+    if not was or was == planned:
+        return planned
+    if was < planned:
+        log(f"resume: micro_batch={was} (the checkpoint was trained at it, after the memory guard "
+            f"acted; the plan allows {planned}): gradients sum in the same order, bit for bit")
+        return int(was)
+    log(f"resume: the checkpoint was trained at micro_batch={was}, but this budget allows only "
+        f"{planned}: training continues at {planned}, with the same effective batch; gradients sum "
+        "in another order, so the run is not bitwise identical to an uninterrupted one")
+    return planned
+
+
+def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log, meter: PeakMeter | None = None
+               ) -> MemoryGuard | None:
     if not cfg.run.memory_guard or not plan.is_cpu or not plan.budget.value:
         return None
     mb, est = int(plan.micro_batch.value), plan.estimate
     guard = MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
-                        max_micro_batch=mb, log=log, reader=PeakReader(hw.memory),
+                        max_micro_batch=mb, log=log, reader=PeakReader(hw.memory, meter),
                         slot_bytes=est.micro_per_slot if est else 0)
     if est is not None:  # a first step that does not fit is OOM-killed under a cgroup, not retried
         guard.preflight(est.train_peak)
     return guard
 
 
-def run_eval(s: Session, limit: int | None = None) -> dict[str, float]:
-    """Evaluate on the test split with the EMA weights (when EMA is on)."""
+def run_eval(s: Session, limit: int | None = None, log: Log = print) -> dict[str, float]:
+    """Evaluate on the test split with the EMA weights (when EMA is on). An allocation that fails
+    halves the evaluation batch (kept for later evaluations) and evaluates again."""
     if s.test_split is None:
         return {}
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
-    batches = eval_batches(s.test_split, int(s.plan.eval_batch.value), limit)
+    while True:
+        size = s.eval_batch or int(s.plan.eval_batch.value)
+        try:
+            return _evaluate(s, eval_batches(s.test_split, size, limit))
+        except (RuntimeError, MemoryError) as err:
+            if not is_out_of_memory(err) or size <= 1:
+                raise
+            s.eval_batch = size // 2
+            hardware.trim_heap()
+            log(f"memory: evaluation at {size} slots failed to allocate ({str(err).splitlines()[0][:100]}); "
+                f"evaluating again at {s.eval_batch}")
+
+
+def _evaluate(s: Session, batches) -> dict[str, float]:
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
@@ -171,10 +229,16 @@ def resume_if_possible(s: Session, log: Log = print) -> int | None:
 
 def save_state(s: Session, metrics: dict, log: Log = print) -> Path:
     tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.stream)
-    meta.update(config=s.cfg.to_dict(), metrics=metrics)
+    meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
                                       keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log)
+
+
+def execution(s: Session) -> dict:
+    """What the checkpoint was trained with beyond its config: resume continues with it."""
+    return {"micro_batch": s.ctx.micro_batch, "dtype": str(s.plan.dtype.value),
+            "grad_checkpointing": bool(s.plan.grad_checkpointing.value)}
 
 
 @dataclass
@@ -201,14 +265,16 @@ def _checkpoint_due(cfg: Config, step: int, clock: Clock) -> bool:
 
 def _timed_save(s: Session, clock: Clock, metrics: dict, log: Log) -> None:
     t0 = time.perf_counter()
-    save_state(s, metrics, log)
+    with s.meter.phase("save"):
+        save_state(s, metrics, log)
     clock.ckpt_seconds += time.perf_counter() - t0
     clock.last_ckpt = time.perf_counter()
 
 
 def _timed_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
     t0 = time.perf_counter()
-    evals = run_eval(s)
+    with s.meter.phase("eval"):
+        evals = run_eval(s, log=log)
     clock.eval_seconds += time.perf_counter() - t0
     if evals:
         loggers.log(s.state.step, {f"eval/{k}": v for k, v in evals.items()})
@@ -218,7 +284,8 @@ def _timed_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
 def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: Log) -> dict:
     t0 = time.perf_counter()
     on_oom = (lambda err: s.guard.on_oom(s.state.step, err)) if s.guard else None
-    metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
+    with s.meter.phase("train step"):
+        metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
     dt = time.perf_counter() - t0
     if s.guard is not None:
         s.ctx.micro_batch = s.guard.observe(s.state.step, s.guard.reader.read())
@@ -255,13 +322,15 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     cfg = s.cfg
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    resumed = resume_if_possible(s, log)
+    with s.meter.phase("resume"):
+        resumed = resume_if_possible(s, log)
     config_mod.save(cfg, run_dir / "config.yaml")
     write_json(run_dir / "plan.json", s.plan.to_dict())
     loggers = monitor.make_loggers(run_dir, None, log)
     loggers.log_config(cfg.to_dict())
-    sampler, clock, watch = monitor.SystemSampler(), Clock(), monitor.ThroughputWatch()
-    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=monitor.SystemSampler(),
+    peak = s.meter.process_peak
+    sampler, clock, watch = monitor.SystemSampler(peak_bytes=peak), Clock(), monitor.ThroughputWatch()
+    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=monitor.SystemSampler(peak_bytes=peak),
                                 cores=int(s.plan.threads.value))
     evals: dict = {}
     with graceful_stop(log) as stop:
@@ -286,8 +355,12 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
         evals = _timed_eval(s, clock, loggers, log) or evals
         _timed_save(s, clock, evals, log)
     loggers.close()
-    save_weights(s, run_dir)
-    return _finish(s, clock, sampler, evals, resumed, log)
+    with s.meter.phase("save"):
+        save_weights(s, run_dir)
+    with s.meter.phase("summary"):
+        summary = _finish(s, clock, sampler, evals, resumed, log)
+    s.meter.stop()  # the kernel's mark still answers process_peak()
+    return summary
 
 
 def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -> dict:
@@ -295,7 +368,7 @@ def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -
     history = monitor.read_metrics(run_dir / "metrics.jsonl")
     facts = monitor.RunFacts(
         device=str(s.plan.device.value), cores=int(s.plan.threads.value), threads=int(s.plan.threads.value),
-        peak_rss_gb=sampler.peak_rss_gb, final_metrics=evals, train_seconds=clock.train_seconds(),
+        peak_rss_gb=s.meter.process_peak() / 2**30, final_metrics=evals, train_seconds=clock.train_seconds(),
         eval_seconds=clock.eval_seconds, wall_seconds=time.perf_counter() - clock.start,
         samples_seen=clock.samples, throughput_warnings=clock.warnings,
         memory_budget_gb=(int(s.plan.budget.value) / 2**30) if s.plan.budget.value else None,
@@ -307,12 +380,44 @@ def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -
     summary.update(steps=s.state.step, samples_per_second=clock.samples / max(clock.train_seconds(), 1e-9),
                    wall_seconds=facts.wall_seconds, parameters=s.model.num_parameters(),
                    resumed_from_step=resumed, plan=s.plan.to_dict(),
-                   memory_guard=s.guard.adjustments if s.guard else "off")
+                   memory_guard=s.guard.adjustments if s.guard else "off",
+                   memory=memory_summary(s, log))
     write_json(run_dir / "summary.json", summary)
     log(monitor.format_summary(summary))
     log("final: " + _fmt_eval(evals) + f" | {summary['samples_per_second']:.1f} samples/s, "
         f"{summary['wall_seconds']:.0f} s -> {run_dir / 'summary.json'}")
     return summary
+
+
+def memory_summary(s: Session, log: Log = print) -> dict:
+    """Per-phase peaks against the plan's estimates; the calibration cache learns where one was low.
+
+    A phase is charged only for what it added: with freed memory kept in the process, an
+    evaluation that starts at the training step's resident memory and needs less stays there."""
+    report = s.meter.report()
+    est = s.plan.estimate
+    if est is None or not s.plan.is_cpu:
+        return {"phases": report}
+    step_est = est.train_peak - (est.micro_batch - s.ctx.micro_batch) * est.micro_per_slot
+    estimates = {"train step": step_est, "eval": est.eval_peak, "process": max(step_est, est.eval_peak)}
+    checks, deficits = {}, {}
+    for name, estimate in estimates.items():
+        phase = s.meter.phases.get(name)
+        peak, start = (phase.peak, phase.start) if phase else (s.meter.process_peak(), 0)
+        if name != "process" and phase is None:
+            continue
+        checks[name] = {"estimate_gb": round(estimate / 2**30, 3), "peak_gb": round(peak / 2**30, 3),
+                        "error": round(peak / estimate - 1, 3), "resident_at_start_gb": round(start / 2**30, 3)}
+        deficits[name] = peak - max(estimate, start)
+    learned = learn_from_peaks(s.cfg.model, str(s.plan.dtype.value), s.cache_dir, deficits,
+                               source=f"run {s.cfg.run.dir}")
+    for name in ("train step", "eval"):
+        if deficits.get(name, 0) > 2**20:
+            c = checks[name]
+            log(f"memory: the plan's estimate of {name} was {c['error']:.0%} low ({c['estimate_gb']:.2f} GiB "
+                f"estimated, {c['peak_gb']:.2f} GiB measured)" + ("; the calibration cache learned it, the "
+                                                                  "next run plans for it" if learned else ""))
+    return {"phases": report, "estimate_check": checks, "calibration_learned": learned}
 
 
 def _out_of_time(cfg: Config, start: float) -> bool:

@@ -26,6 +26,17 @@ class AdamAtan2(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-4, betas=(0.9, 0.95), weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+        for group in self.param_groups:  # now, not in the first step: its memory is set up before
+            for p in group["params"]:     # training (and measured there), never allocated mid-step
+                self._init_state(p)
+
+    def _init_state(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        return state
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -35,11 +46,7 @@ class AdamAtan2(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state = self._init_state(p)
                 state["step"] += 1
                 t = state["step"].item()
                 m, v = state["exp_avg"], state["exp_avg_sq"]

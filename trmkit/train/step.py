@@ -85,7 +85,7 @@ def refill(model: TRM, state: TrainState, stream: SampleSource, ctx: StepContext
         state.labels[slots] = labels_to_tensor(batch.labels, ctx.ignore_label_id, dev)
         state.puzzle_ids[slots] = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(dev, torch.int64)
         state.samples_started += len(slots)
-    state.carry = model.reset(state.carry)
+    model.reset_(state.carry)
     return len(slots)
 
 
@@ -110,55 +110,93 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
                on_oom: Callable[[BaseException], int] | None = None) -> dict[str, float]:
     """One optimizer step over all slots; returns the step's metrics.
 
-    If an allocation fails and `on_oom` is given, gradients are dropped, on_oom
-    returns a smaller micro-batch, and the same step is computed again (the
-    refill and the exploration draws are not repeated).
+    If an allocation fails and `on_oom` is given, the failed micro-batch's
+    partial gradients are undone, on_oom returns a smaller micro-batch, and
+    the step goes on from that micro-batch (the ones before it are done: their
+    gradients and carry are kept; the refill and exploration draws are not
+    repeated).
     """
     set_learning_rates(opts, state.step, cfg)
     new_samples = refill(model, state, stream, ctx)
     u, min_steps = exploration_draws(state.carry.steps.shape[0], model.cfg, ctx.device)
     model.train()
-    while True:
-        try:
-            carry, stats = forward_backward(model, state, ctx, u, min_steps)
-            break
-        except (RuntimeError, MemoryError) as err:
-            if on_oom is None or not is_out_of_memory(err):
-                raise
-            drop_gradients(model, opts)
-            ctx.micro_batch = on_oom(err)
+    stats = forward_backward(model, state, ctx, u, min_steps, on_oom)
     apply_updates(model, opts)
-    state.carry = carry
     state.step += 1
-    return step_metrics(stats, carry.steps, carry.halted, new_samples, opts)
+    return step_metrics(stats, state.carry.steps, state.carry.halted, new_samples, opts)
 
 
-def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_steps):
-    """All micro-batches of one step; gradients accumulate in .grad. Returns (carry, stats)."""
+def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_steps,
+                     on_oom: Callable[[BaseException], int] | None = None) -> dict[str, torch.Tensor]:
+    """All micro-batches of one step; gradients accumulate in .grad, and each micro-batch's new
+    z_H, z_L overwrite its slots of the carry in place once its backward is done (one copy of the
+    carry, not two). Returns the per-slot stats."""
     carry, B = state.carry, state.carry.steps.shape[0]
-    z_H, z_L = torch.empty_like(carry.z_H), torch.empty_like(carry.z_L)
-    steps = carry.steps + 1
-    halted = torch.empty_like(carry.halted)
-    parts = []
-    for start in range(0, B, ctx.micro_batch):
+    carry.steps += 1
+    parts, start = [], 0
+    undo = GradientUndo(model) if on_oom is not None else None
+    while start < B:
         sl = slice(start, min(B, start + ctx.micro_batch))
-        with ctx.autocast():
-            zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight)
-        (loss / B).backward()
-        z_H[sl], z_L[sl] = zh.to(z_H.dtype), zl.to(z_L.dtype)
-        halted[sl] = halt_decision(steps[sl], q, model.cfg, True, u[sl], min_steps[sl])
-        parts.append(stats)
-    stats = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    return Carry(z_H=z_H, z_L=z_L, steps=steps, halted=halted), stats
+        try:
+            parts.append(micro_step(model, state, ctx, sl, u, min_steps))
+        except (RuntimeError, MemoryError) as err:
+            if undo is None or not is_out_of_memory(err):
+                raise
+            undo.restore()
+            ctx.micro_batch = on_oom(err)
+            continue
+        if undo is not None:
+            undo.save()
+        start = sl.stop
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
-def drop_gradients(model: TRM, opts: Optimizers) -> None:
-    """Forget a failed step's partial gradients (dense and sparse)."""
-    opts.dense.zero_grad(set_to_none=True)
-    if model.puzzle_emb is not None:
-        model.puzzle_emb.take_pending()
-    gc.collect()
+def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, min_steps) -> dict:
+    """Forward and backward of the slots `sl`; then their carry is replaced in place."""
+    carry, B = state.carry, state.carry.steps.shape[0]
+    with ctx.autocast():
+        zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
+    loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight)
+    (loss / B).backward()
+    carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
+    carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])
+    return stats
+
+
+class GradientUndo:
+    """The gradients as they were after the last finished micro-batch, to undo a failed one.
+
+    An allocation can fail in the middle of a backward, after some parameters already received
+    their share: restoring the saved sums keeps the retried step exact. Costs one copy of the
+    gradients (4 bytes per parameter) and a copy per micro-batch."""
+
+    def __init__(self, model: TRM) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.saved: list[torch.Tensor | None] = [None] * len(self.params)
+        self.emb = model.puzzle_emb
+        self.pending = len(self.emb.pending) if self.emb is not None else 0
+
+    def save(self) -> None:
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                self.saved[i] = None
+            elif self.saved[i] is None:
+                self.saved[i] = p.grad.detach().clone()
+            else:
+                self.saved[i].copy_(p.grad)
+        self.pending = len(self.emb.pending) if self.emb is not None else 0
+
+    def restore(self) -> None:
+        for p, saved in zip(self.params, self.saved):
+            if saved is None:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.copy_(saved)
+            else:
+                p.grad = saved.clone()
+        if self.emb is not None:
+            del self.emb.pending[self.pending:]
+        gc.collect()
 
 
 def set_learning_rates(opts: Optimizers, step: int, cfg: TrainConfig) -> None:
