@@ -2,14 +2,15 @@
 
 import ast
 import json
-import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trmkit import bench
+from trmkit import bench, plan
 from trmkit import config as config_mod
 from trmkit.config import ModelConfig
 from trmkit.model.trm import TRM
@@ -76,25 +77,72 @@ def test_model_gemms_hold_all_linear_flops():
     assert gemm_flops == B * (fc.total - 3 * fc.heads)
 
 
+# run_bench in a fresh process, as a user runs it: its numbers do not depend on what this pytest
+# process holds (a child's ru_maxrss starts at its parent's peak; the probes now read their own VmHWM,
+# see the test below).
+_FRESH_BENCH = r"""
+import json, sys
+import torch
+from trmkit import bench, config
+cfg = config.load(sys.argv[1], ["train.batch_size=16"])
+threads = torch.get_num_threads()
+r = bench.run_bench(cfg, steps=2, warmup=1, peak_sizes=(256,), peak_seconds=0.1, gemm_seconds=0.02,
+                    log=lambda _: None)
+print(json.dumps({"result": r, "threads": [threads, torch.get_num_threads()],
+                  "round_trip": json.loads(json.dumps(r)) == r}))
+"""
+
+
 def test_run_bench_on_the_tiny_config():
-    cfg = config_mod.load(TINY_YAML)
-    threads = torch.get_num_threads()
-    r = bench.run_bench(cfg, steps=2, warmup=1, peak_sizes=(256,), peak_seconds=0.1, gemm_seconds=0.02,
-                        log=lambda _: None)
-    assert torch.get_num_threads() == threads  # run.threads=1 applied for the run only
+    # batch 16, not the preset's 4: the memory probes then differ by 8 slots (~6 MB), well above the
+    # ~0.3 MB run-to-run noise of peak RSS (MB per slot measured 0.47-0.93 at batch 4, 0.61-0.91 at 16)
+    done = subprocess.run([sys.executable, "-c", _FRESH_BENCH, str(TINY_YAML)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    r = out["result"]
+    assert out["threads"][0] == out["threads"][1]  # run.threads=1 applied for the run only
     for key in ("samples_per_s", "s_per_step", "flops_per_step", "achieved_gflops", "peak_gflops", "mfu",
                 "mfu_best", "mfu_best_float32", "mfu_best_bfloat16", "peak_rss_mb", "mb_per_slot", "memory",
                 "gemm_ceiling", "compile_seconds", "comparable", "bench_format"):
         assert key in r, key
     assert r["samples_per_s"] > 0 and 0 < r["mfu"] < 1.5
     assert r["s_per_step"]["n"] == 2 and r["s_per_step"]["min"] <= r["s_per_step"]["median"]
-    assert r["flops_per_step"] == 4 * bench.flops_per_sample(config_mod.load(TINY_YAML).model).total
-    assert r["memory"]["batches"] == [2, 4] and math.isfinite(r["mb_per_slot"])
+    model = config_mod.load(TINY_YAML).model
+    assert r["flops_per_step"] == 16 * bench.flops_per_sample(model).total
+    mem = r["memory"]
+    assert mem["batches"] == [8, 16] and r["mb_per_slot"] == mem["mb_per_slot"] > 0
+    small, big = mem["peak_rss_mb"]
+    assert big - small == pytest.approx(8 * r["mb_per_slot"])  # the 8 extra slots account for the growth
+    assert 150 < small < big < 2000  # a Python process with torch: hundreds of MB
+    # the planner's model of the same config: 0.70 MiB of activations per slot (the carry adds 0.006);
+    # bench measured 0.61-0.91 in 20 runs. Half or double it means one of the two is broken.
+    per_slot = plan.estimate_memory(model, 16, 16).micro_per_slot / bench.MB
+    assert 0.5 < r["mb_per_slot"] / per_slot < 2.0, (r["mb_per_slot"], per_slot)
     assert r["peak_gflops"]["float32"] > 0 and r["peak_gflops"]["bfloat16"] > 0
     assert len(r["peak_samples"]) == 3 and len(r["mfu_steps"]) == 2
     assert r["mfu"] == pytest.approx(sum(r["mfu_steps"]) / 2)  # the median of two steps' own ratios
-    assert json.loads(json.dumps(r)) == r
+    assert out["round_trip"]
     assert any(line.startswith("speed:") for line in bench.format_lines(r))
+
+
+# A parent that once held 512 MB, then a child that only imports trmkit.bench (~230 MB) and reports
+# bench.peak_rss_bytes(): the value the memory probes return.
+_PARENT_THEN_CHILD = r"""
+import subprocess, sys
+held = bytearray(b"x") * (512 << 20)  # written, so resident
+del held
+child = "from trmkit.bench import peak_rss_bytes; print(peak_rss_bytes())"
+print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss across exec: Linux semantics")
+def test_a_memory_probe_child_reports_its_own_peak_not_its_parents():
+    done = subprocess.run([sys.executable, "-c", _PARENT_THEN_CHILD], capture_output=True, text=True,
+                          timeout=120, check=True)
+    reported = int(done.stdout.strip().splitlines()[-1]) / bench.MB
+    assert 100 < reported < 450, reported
 
 
 def test_bench_needs_sizes_or_a_store():

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -134,3 +135,41 @@ def test_guard_completes_under_a_hard_limit_that_kills_the_unguarded_run(root):
     assert unguarded["code"] == 1, unguarded["output"][-3000:]
     assert "can't allocate memory" in unguarded["output"] or "MemoryError" in unguarded["output"]
     assert unguarded["losses"] == []  # it died in its first step
+
+
+def test_the_budget_is_a_ceiling_for_the_whole_process_under_a_hard_limit_equal_to_it(tmp_path):
+    """`--memory-budget B` under a cgroup limit of exactly B: the run, planner probes included (fresh
+    cache), completes with nothing killed, its maximum resident set as `time -v` reports it is at most
+    B, and its summary reports that same peak. (RLIMIT_AS bounds virtual memory, ~0.5-1 GB more than a
+    torch process touches: no stand-in for a limit on resident memory.)"""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from memory_ceiling import find_cgroup_root
+
+    cgroup, why = find_cgroup_root()
+    if cgroup is None:
+        pytest.skip(f"no writable memory cgroup to set a hard limit on resident memory: {why}")
+
+    build_sudoku("generate", tmp_path / "data", num_generate=20, givens="40-45", test_fraction=0.2, seed=0,
+                 log=lambda m: None)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG.replace("micro_batch: 64, ", "").replace("max_steps: 2", "max_steps: 3"))
+    budget = 620 * 10**6  # torch alone is ~0.3 GB here; the whole batch would need ~0.9 GB
+    # Launched from a small fresh process, as from a shell: a child's ru_maxrss (what `time -v` reads)
+    # starts at the high-water mark of the process that forked it, and this pytest process is larger.
+    launcher = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'benchmarks')!r})\n"
+                "from dataclasses import asdict\nfrom pathlib import Path\nfrom memory_ceiling import run_case\n"
+                f"r = run_case('tiny', 'fresh', Path({str(tmp_path)!r}), Path({str(tmp_path / 'data')!r}), 3, "
+                f"{tuple(cgroup)!r}, case=({str(cfg)!r}, {budget}, ['run.dtype=auto', 'train.eval_every=2', "
+                "'train.checkpoint_every=2']))\nprint(json.dumps(asdict(r)))")
+    done = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = SimpleNamespace(**json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"\n{r.limit} limit {budget / 1e9:.2f} GB: exit {r.exit_code}, max RSS "
+          f"{r.max_rss / 1e9:.3f} GB, reported {(r.reported_peak or 0) / 1e9:.3f} GB, oom_kill {r.oom_kills}, "
+          f"micro-batches {r.micro_batches}, phases {r.phases}\n{r.tail}")
+    assert r.exit_code == 0, r.tail
+    assert not r.oom_kills
+    assert 0 < r.max_rss <= budget
+    assert abs(r.reported_peak - r.max_rss) <= 0.02 * r.max_rss  # the summary's peak is the kernel's
+    assert all(mb < BATCH for mb in r.micro_batches)  # the plan had to fit the batch into the budget
+    assert {"plan", "train step", "eval", "save"} <= set(r.phases)

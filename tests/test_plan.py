@@ -21,7 +21,9 @@ MiB, GiB = 1 << 20, 1 << 30
 SUDOKU = dict(vocab_size=11, seq_len=81, num_puzzle_ids=1)
 
 # One real train_step (the second one, so Adam's m and v exist during backward) in a fresh
-# process; prints the baseline RSS before the model and the peak RSS of the process.
+# process; prints the baseline RSS before the model and the peak RSS of the process. On Linux the
+# peak is VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak (Linux keeps it
+# across exec), and the pytest process may have grown past the smaller cases.
 _REAL_STEP = r"""
 import json, sys, time
 from types import SimpleNamespace
@@ -53,7 +55,13 @@ ctx = StepContext(micro_batch=spec["micro_batch"], ignore_label_id=0, device=tor
 t0 = time.perf_counter()
 for _ in range(spec["steps"]):
     train_step(model, state, Stream(), opts, cfg.train, ctx)
-print(json.dumps({"baseline": baseline, "peak": plan._peak_rss(), "seconds": time.perf_counter() - t0}))
+def peak():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return plan._peak_rss()
+print(json.dumps({"baseline": baseline, "peak": peak(), "seconds": time.perf_counter() - t0}))
 """
 
 
@@ -76,6 +84,15 @@ LAPTOP = ModelConfig(hidden_size=128, H_cycles=1, **SUDOKU)
 # so the carry of the whole batch is measured too.
 PEAK_CASES = {"paper-8": (PAPER, 8, 8), "laptop-8-of-32": (LAPTOP, 32, 8),
               "laptop-32": (LAPTOP, 32, 32), "laptop-64": (LAPTOP, 64, 64)}
+# The documented error (docs/planning.md, "Estimate vs measured"; plan.py: "within 10% of the
+# measured peak for the Sudoku configs"). One micro-batch per step: the table's rows for these configs
+# are -2.2% (paper 8), -0.7% (laptop 32), -0.2% (laptop 64, H_cycles 1), and every single-micro-batch
+# row is within 6.7%: 6% here. Accumulation: freed activations fragment the heap, the table's worst
+# row is -8.9% (16 micro-batches): the promised 10% here.
+# Measured by this test (14-16 runs of each: 10 reading VmHWM, 4-6 ru_maxrss): paper-8 -1.9%..+2.6%,
+# laptop-8-of-32 -2.3%..+0.4%, laptop-32 -2.7%..+2.2%, laptop-64 -3.5%..+1.3%. Before the carry was
+# updated in place (trmkit at ff737d0), laptop-8-of-32 measured -10.2%..-3.5% in 12 runs.
+TOLERANCE = {"paper-8": 0.06, "laptop-8-of-32": 0.10, "laptop-32": 0.06, "laptop-64": 0.06}
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +108,13 @@ def measured_peaks() -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("name", list(PEAK_CASES))
-def test_estimate_within_25_percent_of_measured_peak_rss(measured_peaks, name):
+def test_estimate_within_the_documented_error_of_measured_peak_rss(measured_peaks, name):
     model, batch, micro_batch = PEAK_CASES[name]
     measured = measured_peaks[name]
     est = plan_mod.estimate_memory(model, batch, micro_batch, baseline=measured["baseline"])
     error = est.train_peak / measured["peak"] - 1
     print(f"{name}: est {est.train_peak / MiB:.0f} MiB, measured {measured['peak'] / MiB:.0f} MiB ({error:+.1%})")
-    assert abs(error) < 0.25
+    assert abs(error) < TOLERANCE[name]
 
 
 @pytest.mark.parametrize("mixer", ["mlp_t", "attention"])
@@ -136,7 +153,8 @@ def test_carry_is_counted_for_the_global_batch_and_activations_for_the_micro_bat
     small = plan_mod.estimate_memory(PAPER, 64, 8)
     large = plan_mod.estimate_memory(PAPER, 768, 8)
     S, D = plan_mod.seq_total(PAPER), PAPER.hidden_size
-    assert large.parts["carry"] - small.parts["carry"] >= (768 - 64) * 4 * S * D * 4
+    # z_H and z_L of every slot (float32, updated in place: no second copy)
+    assert large.parts["carry"] - small.parts["carry"] >= (768 - 64) * 2 * S * D * 4
     assert large.parts["activations"] == small.parts["activations"]
     ckpt = plan_mod.estimate_memory(PAPER, 64, 8, grad_checkpointing=True)
     assert ckpt.micro_per_slot < small.micro_per_slot / 3
@@ -198,12 +216,13 @@ def test_micro_batch_divides_batch_fits_budget_and_is_the_largest(hw, fake_speed
     p = plan_mod.make_plan(cfg, hw, budget_bytes=budget, log=lambda _: None)
     mb, ckpt = p.micro_batch.value, p.grad_checkpointing.value
     assert mb * p.accumulation.value == batch and batch % mb == 0
-    assert p.estimate.train_peak <= budget and p.estimate.total <= budget
+    planned = budget / (1 + plan_mod.DEFAULT_MARGIN)  # no run of this config has measured the model yet
+    assert p.estimate.train_peak <= planned and p.estimate.total <= planned
     larger = [d for d in plan_mod.divisors(batch) if d > mb]
     if larger:
         est = plan_mod.estimate_memory(cfg.model, batch, larger[0], grad_checkpointing=ckpt,
                                        baseline=p.estimate.parts["baseline"])
-        assert est.train_peak > budget
+        assert est.train_peak > planned
 
 
 def test_checkpointing_turns_on_when_micro_batch_1_does_not_fit_without(hw, fake_speed):
@@ -345,10 +364,43 @@ def test_timings_taken_beside_other_work_are_flagged_and_not_cached(hw, fake_spe
 
 
 def test_freed_memory_is_kept_only_for_glibc_on_the_cpu_unless_set():
-    keep = plan_mod.choose_keep_freed_memory
+    def keep(*args):
+        return plan_mod.choose_keep_freed_memory(*args)[0]
+
     assert keep("auto", "glibc 2.36", "cpu").value is True
     assert keep("auto", "glibc 2.36", "cuda").value is False
     assert keep("auto", "", "cpu").value is False  # macOS, Windows, musl: nothing to tune
     assert keep("on", "", "cpu").value is False and "not glibc" in keep("on", "", "cpu").reason
     assert keep("on", "glibc 2.31", "cuda").value is True
     assert keep("off", "glibc 2.36", "cpu").value is False
+
+
+def test_freed_memory_kept_at_the_heap_top_is_bounded_by_the_budgets_slack():
+    keep = plan_mod.choose_keep_freed_memory
+    assert keep("auto", "glibc 2.36", "cpu", 300 * plan_mod.MiB)[1] == 300 * plan_mod.MiB
+    assert keep("auto", "glibc 2.36", "cpu", 10 * plan_mod.GiB)[1] == hardware.KEEP_TRIM_THRESHOLD
+    assert keep("auto", "glibc 2.36", "cpu", -5)[1] == plan_mod.MIN_TRIM_THRESHOLD
+    assert keep("off", "glibc 2.36", "cpu", 300 * plan_mod.MiB)[1] == 0
+
+
+def test_a_tight_budget_returns_freed_memory_instead_of_keeping_it():
+    choice, trim = plan_mod.choose_keep_freed_memory("auto", "glibc 2.36", "cpu", 300 * plan_mod.MiB, tight=True)
+    assert choice.value is False and trim == 0 and "go back to the OS" in choice.reason
+    assert plan_mod.choose_keep_freed_memory("on", "glibc 2.36", "cpu", tight=True)[0].value is True  # pinned
+
+
+def test_a_run_that_measured_more_raises_the_next_plans_estimate_and_narrows_the_margin(hw, fake_speed, tmp_path):
+    cfg = sudoku_cfg(96, compile="off", dtype="float32")
+    first = plan_mod.make_plan(cfg, hw, budget_bytes=3 * GiB, cache_dir=tmp_path, log=lambda _: None)
+    assert "10% kept" in first.budget.reason
+    deficit = 200 * plan_mod.MiB
+    assert plan_mod.learn_from_peaks(cfg.model, "float32", tmp_path, {"train step": deficit, "eval": 0.0}, "test")
+    second = plan_mod.make_plan(cfg, hw, budget_bytes=3 * GiB, cache_dir=tmp_path, log=lambda _: None)
+    assert "3% kept" in second.budget.reason
+    raised = second.estimate.train_peak - first.estimate.train_peak
+    assert deficit <= raised - (second.micro_batch.value - first.micro_batch.value) * first.estimate.micro_per_slot \
+        <= deficit * 1.05
+    # an estimate that was high is not learned downward; the run still counts as measured
+    assert plan_mod.learn_from_peaks(cfg.model, "float32", tmp_path, {"train step": -5e8}, "test")
+    third = plan_mod.make_plan(cfg, hw, budget_bytes=3 * GiB, cache_dir=tmp_path, log=lambda _: None)
+    assert third.estimate.parts["runtime overhead"] == second.estimate.parts["runtime overhead"]

@@ -3,12 +3,14 @@
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from trmkit.config import ModelConfig, TrainConfig
 from trmkit.model.trm import TRM
+from trmkit.train import step as step_mod
 from trmkit.train.loop import build_optimizers
-from trmkit.train.step import StepContext, new_state, refill, train_step
+from trmkit.train.step import StepContext, exploration_draws, forward_backward, new_state, refill, train_step
 from trmkit.config import Config
 
 
@@ -85,6 +87,8 @@ def run_steps(micro_batch, n_steps=3):
 
 
 def test_gradient_accumulation_is_exact():
+    """Weights, carry, halting and EMA after 3 steps. Blind to a constant loss scale (AdamAtan2 and
+    sign-SGD are scale-invariant), which the gradient tests below check."""
     full_model, full_state, full_opts = run_steps(8)
     for mb in (4, 2, 1):
         model, state, opts = run_steps(mb)
@@ -95,3 +99,62 @@ def test_gradient_accumulation_is_exact():
         assert torch.equal(full_state.carry.halted, state.carry.halted)
         for k in full_opts.ema.shadow:
             assert torch.allclose(full_opts.ema.shadow[k], opts.ema.shadow[k], atol=1e-5)
+
+
+def accumulated_gradients(micro_batch: int) -> dict[str, torch.Tensor]:
+    """The gradients one step accumulates before the optimizer runs: .grad of every dense parameter,
+    and the puzzle-embedding's pending row gradients summed per puzzle id (as SparseSignSGD sums them).
+
+    One step first, so the carries are not the initial ones; then three slots are marked halted, so
+    the step mixes refilled slots with continuing ones across the micro-batches.
+    """
+    torch.manual_seed(1)
+    cfg = Config(model=tiny(halt_max_steps=3), train=TrainConfig(batch_size=8, max_steps=10, warmup_steps=1))
+    model = TRM(cfg.model)
+    opts = build_optimizers(model, cfg)
+    state, stream = new_state(model, 8, 9, "cpu"), CountingStream(9)
+    train_step(model, state, stream, opts, cfg.train, ctx(8))
+    state.carry.halted = torch.tensor([False, True, False, False, True, False, False, True])
+    refill(model, state, stream, ctx(micro_batch))
+    u, min_steps = exploration_draws(8, model.cfg, "cpu")
+    model.train()
+    forward_backward(model, state, ctx(micro_batch), u, min_steps)
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    emb = model.puzzle_emb
+    grads["puzzle_emb"] = torch.zeros_like(emb.weight)
+    for ids, rows in emb.take_pending():
+        grads["puzzle_emb"].index_add_(0, ids, rows.grad)
+    return grads
+
+
+def relative_errors(full: dict, other: dict) -> dict[str, float]:
+    """Per tensor: max |difference| over max |full gradient|."""
+    assert full.keys() == other.keys()
+    return {k: float((full[k] - other[k]).abs().max() / full[k].abs().max()) for k in full}
+
+
+def test_accumulated_gradients_equal_the_whole_batch_gradients():
+    full = accumulated_gradients(8)
+    assert all(float(g.abs().max()) > 1e-4 for g in full.values())  # every tensor takes part
+    assert int((full["puzzle_emb"].abs().sum(1) > 0).sum()) == 3  # all three puzzle ids
+    for micro_batch in (4, 2, 1):
+        errors = relative_errors(full, accumulated_gradients(micro_batch))
+        # measured: at most 5e-7 (float32 summation order); a wrong scale is off by 100% or more
+        assert max(errors.values()) < 1e-5, (micro_batch, errors)
+
+
+def test_the_gradient_check_catches_a_loss_divided_by_the_micro_batch(monkeypatch):
+    """The mistake the 3-step weight comparison cannot see: each micro-batch's summed loss divided
+    by its own size instead of the batch's makes every gradient 8 / micro_batch times too large."""
+    full = accumulated_gradients(8)
+    real_loss = step_mod.act_loss
+
+    def mean_over_the_micro_batch(logits, labels, q_halt, halt_weight):
+        loss, stats = real_loss(logits, labels, q_halt, halt_weight)
+        return loss * 8 / logits.shape[0], stats  # the step's own "/ 8" then leaves "/ micro-batch"
+
+    monkeypatch.setattr(step_mod, "act_loss", mean_over_the_micro_batch)
+    assert max(relative_errors(full, accumulated_gradients(8)).values()) < 1e-5  # the patch is a no-op at 8
+    for micro_batch in (4, 2):
+        errors = relative_errors(full, accumulated_gradients(micro_batch))
+        assert min(errors.values()) == pytest.approx(8 / micro_batch - 1, rel=1e-4), (micro_batch, errors)

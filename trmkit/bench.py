@@ -71,6 +71,7 @@ import torch
 
 from trmkit.config import Config, ConfigError, ModelConfig, from_dict
 from trmkit import hardware
+from trmkit.memory import kernel_peak
 from trmkit.hardware import format_bytes, keep_freed_memory, probe_platform
 from trmkit.plan import (CPU, DEFAULT_BASELINE, DTYPES, MemoryContext, _cached_calibration, autocast_factory,
                          choose_budget, choose_keep_freed_memory, largest_micro_batch)
@@ -309,14 +310,8 @@ def spread(times: list[float]) -> dict[str, float]:
 # ----------------------------------------------------------------------------- memory
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far."""
-    try:
-        import resource
-    except ImportError:  # Windows: psutil reports the peak working set
-        import psutil
-        return int(getattr(psutil.Process().memory_info(), "peak_wset", 0))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS: bytes, Linux: KiB
+    """This process's own peak resident set size so far (VmHWM on Linux; see memory.kernel_peak)."""
+    return int(kernel_peak() or 0)
 
 
 def memory_probe_child() -> None:

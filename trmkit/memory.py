@@ -34,8 +34,12 @@ GiB = 1 << 30
 SAMPLE_SECONDS = 0.005
 
 
-def _kernel_peak() -> int | None:
-    """VmHWM (Linux) or ru_maxrss (macOS: bytes; other Unix: KiB) of this process, in bytes."""
+def kernel_peak() -> int | None:
+    """VmHWM (Linux) or ru_maxrss (macOS: bytes; other Unix: KiB) of this process, in bytes.
+
+    On Linux VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's high-water mark (the
+    kernel carries it across fork and exec), so a small child of a large process would report the
+    parent's peak. VmHWM belongs to the process's own address space."""
     try:
         with open("/proc/self/status") as f:
             found = re.search(r"VmHWM:\s+(\d+)\s*kB", f.read())
@@ -131,12 +135,12 @@ class PeakMeter:
 
     def process_peak(self) -> int:
         """The kernel's high-water mark of this process's RSS (bytes), at least any sample seen."""
-        return max(_kernel_peak() or 0, self._window, max((p.peak for p in self.phases.values()), default=0))
+        return max(kernel_peak() or 0, self._window, max((p.peak for p in self.phases.values()), default=0))
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Measure the peak RSS of the enclosed code as phase `name`."""
-        before = _kernel_peak()
+        before = kernel_peak()
         start = self._window = self._rss()
         try:
             yield
@@ -144,7 +148,7 @@ class PeakMeter:
             self.last = self._close(name, before, start)
 
     def _close(self, name: str, before: int | None, start: int) -> int:
-        after = _kernel_peak()
+        after = kernel_peak()
         sampled = max(self._window, self._rss())
         rose = before is not None and after is not None and after > before
         peak = max(sampled, after) if rose else sampled

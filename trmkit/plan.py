@@ -68,6 +68,7 @@ import torch
 from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.hardware import (KEEP_TRIM_THRESHOLD, HardwareInfo, effective_available, format_bytes,
                               keep_freed_memory, return_freed_memory)
+from trmkit.memory import kernel_peak
 from trmkit.model.layers import Network, rotary_tables, swiglu_width
 
 Log = Callable[[str], None]
@@ -386,14 +387,8 @@ def divisors(n: int) -> list[int]:
 # ----------------------------------------------------------------------------- measurements
 
 def _peak_rss() -> int:
-    """Peak resident set size of this process in bytes."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        import psutil
-        return int(getattr(psutil.Process().memory_info(), "peak_wset", 0))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+    """Peak resident set size of this process in bytes (its own: VmHWM on Linux)."""
+    return int(kernel_peak() or 0)
 
 
 def _rss_now() -> int:
