@@ -187,3 +187,15 @@ def test_an_allocation_failing_inside_backward_is_undone_and_the_step_stays_exac
     for a, b in zip(guarded.parameters(), clean.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
     assert torch.allclose(state.carry.z_H, clean_state.carry.z_H, atol=1e-5)
+
+
+def test_the_reserve_for_other_programs_is_wide_only_when_there_are_others():
+    # alone in a cgroup whose limit is the budget (1.5 GiB): the plan's 1.24 GiB step is not shrunk
+    g = MemoryGuard(budget=1.5 * GiB, batch_size=768, micro_batch=8, max_micro_batch=8, log=lambda m: None,
+                    slot_bytes=60 * MiB)
+    alone = Reading(rss=0.3 * GiB, step_peak=1.24 * GiB, headroom=1.19 * GiB, shared_headroom=1.19 * GiB, others=0)
+    assert g.observe(0, alone) == 8
+    # a browser holds 0.7 GiB beside it: 20% of what the trainer could hold stays free for its growth
+    crowded = Reading(rss=0.3 * GiB, step_peak=1.24 * GiB, headroom=1.19 * GiB, shared_headroom=1.19 * GiB,
+                      others=0.7 * GiB)
+    assert g.observe(0, crowded) < 8

@@ -10,11 +10,13 @@ guard predicts the peak at another micro-batch from bytes per slot: the
 plan's estimate, or a measured one when two micro-batches have been seen and
 it is larger.
 
-- Shrink: when the step's peak came within `margin` (3%) of the budget, or the RSS plus
-  `threshold` of the headroom this process shares with other processes
-  (system or cgroup headroom: a browser opening tabs lowers it; the rest is
-  a reserve for their growth), or the predicted growth would not fit in
-  `threshold` of the headroom,
+- Shrink: when the step's peak came within `margin` (3%) of the budget, or
+  of what this process could hold now under the limits it shares with other
+  processes (RSS + system or cgroup headroom: a browser opening tabs lowers
+  it) less a reserve for their growth: 1 - `threshold` of that total while
+  others use more than a tenth of it, else of the headroom alone (a run alone
+  in a cgroup equal to its budget is not shrunk for neighbours it does not
+  have), or the predicted growth would not fit in `threshold` of the headroom,
   the micro-batch becomes the largest divisor of the global batch whose
   predicted peak fits; accumulation rises so the effective batch never
   changes. The freed heap is then returned to the OS (glibc malloc_trim).
@@ -41,6 +43,7 @@ from trmkit import hardware
 from trmkit.memory import PeakMeter
 
 GiB = 1024**3
+CROWDED = 0.1  # others use more than this share of what we could hold: keep the wider reserve
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Reading:
     step_peak: int  # peak RSS during the last step (bytes)
     headroom: int  # bytes still allocatable under the effective limit
     shared_headroom: int | None = None  # the part other processes draw from too (RLIMIT_AS left out)
+    others: int = 0  # bytes other processes use under the same limit (cgroup, else the machine)
 
 
 def divisors_upto(n: int, limit: int) -> int:
@@ -74,7 +78,15 @@ class PeakReader:
         peak = self.meter.last if self.meter is not None and self.meter.last else sample.rss
         return Reading(rss=sample.rss, step_peak=max(peak, sample.rss),
                        headroom=hardware.effective_available(sample),
-                       shared_headroom=hardware.effective_available(dataclasses.replace(sample, rlimit_as=None)))
+                       shared_headroom=hardware.effective_available(dataclasses.replace(sample, rlimit_as=None)),
+                       others=self._others(sample))
+
+    def _others(self, sample: hardware.MemorySample) -> int:
+        if sample.cgroup_limit is not None and sample.cgroup_current is not None:
+            used = sample.cgroup_current - (sample.cgroup_inactive_file or 0)
+        else:
+            used = (self.memory_info.total if self.memory_info else 0) - sample.available
+        return max(0, used - sample.rss)
 
 
 @dataclass
@@ -127,7 +139,9 @@ class MemoryGuard:
     def limits(self, r: Reading) -> tuple[float, float]:
         """(the most the step's peak may reach, the most it may grow beyond the resting RSS)."""
         shared = r.headroom if r.shared_headroom is None else r.shared_headroom
-        return min(self.budget * (1 - self.margin), r.rss + self.threshold * shared), self.threshold * r.headroom
+        crowded = r.others > CROWDED * (r.rss + shared)  # others run beside us: they may grow too
+        reserve = (1 - self.threshold) * (r.rss + shared if crowded else shared)
+        return min(self.budget * (1 - self.margin), r.rss + shared - reserve), self.threshold * r.headroom
 
     def fits(self, r: Reading, new: int, margin: float = 1.0) -> bool:
         peak = r.step_peak + (new - self.micro_batch) * self.per_slot(r)
@@ -162,9 +176,9 @@ class MemoryGuard:
             self.ceiling = min(self.ceiling, self.micro_batch)
         shared = r.headroom if r.shared_headroom is None else r.shared_headroom
         self._calm_steps = 0
-        self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs min(budget {self.budget / GiB:.2f} "
-                     f"GiB, RSS {r.rss / GiB:.2f} + {self.threshold:.0%} of the shared headroom "
-                     f"{shared / GiB:.2f} GiB), "
+        self._record(step, new, f"step peak {r.step_peak / GiB:.2f} GiB vs {limit_peak / GiB:.2f} GiB: "
+                     f"budget {self.budget / GiB:.2f} GiB, RSS {r.rss / GiB:.2f} GiB + shared headroom "
+                     f"{shared / GiB:.2f} GiB less a reserve for other processes (using {r.others / GiB:.2f} GiB), "
                      f"headroom {r.headroom / GiB:.2f} GiB, {self.per_slot(r) / 2**20:.1f} MiB per slot")
         return self.micro_batch
 
