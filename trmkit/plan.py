@@ -22,8 +22,8 @@ training step:
   table and, under bf16 autocast, the bf16 copies of the weights.
 - carry_per_slot, for every slot of the *global* batch (they persist across
   micro-batches): z_H and z_L (each micro-batch's outputs overwrite its slots
-  in place once its backward is done), the puzzle-embedding rows and their gradients that the sparse optimizer holds
-  until the step ends, the slot's inputs and labels.
+  in place once its backward is done), the puzzle-embedding rows and their
+  gradients that the sparse optimizer holds until the step ends, the slot's inputs and labels.
 - micro_per_slot: what autograd saves for the cycle that keeps gradients
   (n + 1 calls of the network; per block the SwiGLU gate/up outputs, silu,
   their product, the input copies and the residual sums kept by RMSNorm) plus
@@ -619,7 +619,8 @@ def calibrate_memory(m: ModelConfig, dtype: str, threads: int, cache_dir: str | 
 
 
 LEARN_MARGIN = 1.02  # a learned deficit is stored 2% larger: the next run's peak varies a little too
-DEFAULT_MARGIN = 0.10  # the estimate was 4-6% low for the paper config before any run here measured it
+DEFAULT_MARGIN = 0.10  # paper config, empty cache: steps 4-7% over the estimate with freed memory returned
+# (11% with it kept, which TIGHT_BUDGET allows only with 25% of room; docs/memory.md)
 MEASURED_MARGIN = 0.03  # once a run of this config measured (and taught) it
 
 
@@ -673,6 +674,7 @@ def choose_threads(requested: int, hw: HardwareInfo) -> tuple[Choice, Choice]:
 
 MIN_TRIM_THRESHOLD = 32 * MiB  # below this glibc would return (and fault back) every activation buffer
 TIGHT_BUDGET = 1.25  # a budget under this multiple of the estimated peak leaves no room for kept memory
+RETURNS_FREED = "go back to the OS"  # marks the tight-budget choice: apply_to_process returns freed memory
 
 
 def choose_keep_freed_memory(setting: str, libc: str, device: str, room: int = KEEP_TRIM_THRESHOLD,
@@ -697,7 +699,7 @@ def choose_keep_freed_memory(setting: str, libc: str, device: str, room: int = K
         return Choice(False, "tensors live in the GPU's caching allocator, which already reuses memory"), 0
     if tight:
         return Choice(False, f"the budget is less than {TIGHT_BUDGET:.2f}x the estimated peak: freed buffers of "
-                             "1 MiB or more go back to the OS at once, so neither kept memory nor a fragmented "
+                             f"1 MiB or more {RETURNS_FREED} at once, so neither kept memory nor a fragmented "
                              "heap can take the process past it (costs page faults: slower steps)"), 0
     return Choice(True, "glibc otherwise unmaps freed activation buffers and faults them back in every step "
                         "(23,000-88,000 page faults per step of the paper config measured); kept for reuse, "
@@ -1083,7 +1085,7 @@ def apply_to_process(plan: Plan) -> None:
         torch.set_num_interop_threads(int(plan.interop_threads.value))
     if plan.keep_freed_memory.value:
         keep_freed_memory(plan.trim_threshold or KEEP_TRIM_THRESHOLD)
-    elif plan.is_cpu and "go back to the OS" in plan.keep_freed_memory.reason:
+    elif plan.is_cpu and RETURNS_FREED in plan.keep_freed_memory.reason:
         return_freed_memory()
 
 
