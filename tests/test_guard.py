@@ -62,6 +62,17 @@ def test_oom_halves_and_gives_up_at_one():
         raise AssertionError("expected MemoryError at micro-batch 1")
 
 
+def guarded_steps(model, cfg, start_mb):
+    """Three guarded steps of batch 8 from micro-batch start_mb: (model, state, micro-batch, adjustments)."""
+    opts = build_optimizers(model, cfg)
+    state, stream, c = new_state(model, 8, 9, "cpu"), CountingStream(9), ctx(start_mb)
+    g = MemoryGuard(budget=GiB, batch_size=8, micro_batch=start_mb, max_micro_batch=start_mb, log=lambda m: None)
+    torch.manual_seed(2)
+    for _ in range(3):
+        train_step(model, state, stream, opts, cfg.train, c, on_oom=lambda e: g.on_oom(state.step, e))
+    return model, state, c.micro_batch, g.adjustments
+
+
 def test_failed_allocation_is_retried_at_half_and_matches_a_clean_run():
     def run(start_mb, fail_above):
         torch.manual_seed(1)
@@ -73,14 +84,8 @@ def test_failed_allocation_is_retried_at_half_and_matches_a_clean_run():
                 raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
 
         model.register_forward_pre_hook(allocator)
-        opts = build_optimizers(model, cfg)
-        state, stream, c = new_state(model, 8, 9, "cpu"), CountingStream(9), ctx(start_mb)
-        g = MemoryGuard(budget=GiB, batch_size=8, micro_batch=start_mb, max_micro_batch=start_mb,
-                        log=lambda m: None)
-        torch.manual_seed(2)
-        for _ in range(3):
-            train_step(model, state, stream, opts, cfg.train, c, on_oom=lambda e: g.on_oom(state.step, e))
-        return model, c.micro_batch, g.adjustments
+        model, _, mb, adjustments = guarded_steps(model, cfg, start_mb)
+        return model, mb, adjustments
 
     guarded, mb, adjustments = run(8, fail_above=2)
     clean, _, _ = run(2, fail_above=2)
@@ -172,14 +177,7 @@ def test_an_allocation_failing_inside_backward_is_undone_and_the_step_stays_exac
         fail_at = {"n": 0}
         model.register_forward_pre_hook(lambda _m, args: fail_at.update(n=args[0].shape[0]))
         model.embed_tokens.weight.register_hook(fail_in_backward)
-        opts = build_optimizers(model, cfg)
-        state, stream, c = new_state(model, 8, 9, "cpu"), CountingStream(9), ctx(start_mb)
-        g = MemoryGuard(budget=GiB, batch_size=8, micro_batch=start_mb, max_micro_batch=start_mb,
-                        log=lambda m: None)
-        torch.manual_seed(2)
-        for _ in range(3):
-            train_step(model, state, stream, opts, cfg.train, c, on_oom=lambda e: g.on_oom(state.step, e))
-        return model, state, c.micro_batch, g.adjustments
+        return guarded_steps(model, cfg, start_mb)
 
     guarded, state, mb, adjustments = run(8, fail_above=2)
     clean, clean_state, _, _ = run(2, fail_above=2)

@@ -73,8 +73,8 @@ from trmkit.config import Config, ConfigError, ModelConfig, from_dict
 from trmkit import hardware
 from trmkit.memory import kernel_peak
 from trmkit.hardware import format_bytes, keep_freed_memory, probe_platform
-from trmkit.plan import (CPU, DEFAULT_BASELINE, DTYPES, MemoryContext, _cached_calibration, autocast_factory,
-                         choose_budget, choose_keep_freed_memory, largest_micro_batch)
+from trmkit.plan import (CPU, DTYPES, MemoryContext, autocast_factory, cached_calibration, choose_budget,
+                         choose_keep_freed_memory, largest_micro_batch, process_baseline)
 from trmkit.data.store import Batch, SampleStream
 from trmkit.model.layers import swiglu_width
 from trmkit.model.trm import TRM
@@ -416,8 +416,8 @@ def check_budget(cfg: Config, settings: dict[str, Any], budget: int | None, cach
     hw = hardware.probe()
     chosen = choose_budget(hw, cfg.run.memory_budget, budget, on_gpu=False)
     m, B, mb, ckpt = resolve(cfg)[0].model, cfg.train.batch_size, settings["micro_batch"], settings["grad_checkpointing"]
-    mc = MemoryContext(settings["dtype"], max(hw.memory.rss, DEFAULT_BASELINE // 2),
-                       _cached_calibration(m, settings["dtype"], cache_dir), cfg.train.ema_decay > 0, chosen.value)
+    mc = MemoryContext(settings["dtype"], process_baseline(hw), cached_calibration(m, settings["dtype"], cache_dir),
+                       cfg.train.ema_decay > 0, chosen.value)
     peak = mc.estimate(m, B, mb, ckpt, eval_batch=1).train_peak
     log(f"bench: budget={format_bytes(chosen.value)} ({chosen.reason}); estimated step peak "
         f"{format_bytes(peak)} at micro-batch {mb}")

@@ -47,22 +47,24 @@ def kernel_peak() -> int | None:
             return int(found.group(1)) * 1024
     except OSError:
         pass
-    try:
-        import resource
-    except ImportError:  # Windows
-        info = psutil.Process().memory_info()
-        return int(getattr(info, "peak_wset", 0)) or None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    peak = _maxrss(children=False)
+    if peak is None:  # Windows
+        return int(getattr(psutil.Process().memory_info(), "peak_wset", 0)) or None
+    return peak
 
 
 def children_peak() -> int:
     """ru_maxrss of this process's finished children (the largest one), in bytes; 0 if none."""
+    return _maxrss(children=True) or 0
+
+
+def _maxrss(children: bool) -> int | None:
+    """getrusage's ru_maxrss in bytes (macOS reports bytes, other Unix KiB); None without getrusage."""
     try:
         import resource
     except ImportError:
-        return 0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        return None
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 
 

@@ -637,7 +637,7 @@ def learn_from_peaks(m: ModelConfig, dtype: str, cache_dir: str | Path | None, d
         return False
     train = max(0.0, deficits["train step"]) * LEARN_MARGIN
     evals = max(0.0, deficits.get("eval", 0.0) * LEARN_MARGIN - train)
-    old = _cached_calibration(m, dtype, cache_dir)
+    old = cached_calibration(m, dtype, cache_dir)
     raised = train >= MiB or evals >= MiB
     new = dataclasses.replace(old, runtime_overhead=int(old.runtime_overhead + train * raised),
                               eval_overhead=int(old.eval_overhead + evals * raised),
@@ -1012,8 +1012,8 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
                                                          _dtypes_to_time(cfg, hw), cache_dir, log)
     dtype = choose_dtype(cfg, hw, device.value, speeds, bench)
     calib = (calibrate_memory(cfg.model, dtype.value, threads.value, cache_dir, log) if calibrate and not on_gpu
-             else _cached_calibration(cfg.model, dtype.value, cache_dir))
-    baseline = 0 if on_gpu else max(hw.memory.rss, DEFAULT_BASELINE // 2)
+             else cached_calibration(cfg.model, dtype.value, cache_dir))
+    baseline = 0 if on_gpu else process_baseline(hw)
     planned = budget.value if on_gpu else int(budget.value / (1 + calib.margin))
     if planned < budget.value:
         why = ("a run of this config here measured it" if calib.measured_runs
@@ -1049,7 +1049,12 @@ def _dtypes_to_time(cfg: Config, hw: HardwareInfo) -> tuple[str, ...]:
     return ("float32", "bfloat16") if _has_native_bf16(hw) else ("float32",)
 
 
-def _cached_calibration(m: ModelConfig, dtype: str, cache_dir: str | Path | None) -> Calibration:
+def process_baseline(hw: HardwareInfo) -> int:
+    """The memory model's baseline on a CPU: this process before the model (never under half the default)."""
+    return max(hw.memory.rss, DEFAULT_BASELINE // 2)
+
+
+def cached_calibration(m: ModelConfig, dtype: str, cache_dir: str | Path | None) -> Calibration:
     cached = _read_cache(cache_dir, CALIBRATION_FILE).get(calibration_key(m, dtype))
     try:
         return Calibration(**cached) if cached else Calibration()

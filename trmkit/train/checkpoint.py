@@ -619,7 +619,7 @@ def save_checkpoint(
     checked = _check_tensors(tensors)
     body = _meta_body(step, meta, len(checked))
     layout = _layout(checked, {"format": "trmkit-checkpoint", "step": str(step)})
-    # Both files' exact size, for a disk-full message: a placeholder hash has the real one's length.
+    # Both files' exact size, for a disk-full message: a hash of 64 zeros is as long as the real one.
     needed = layout.size + len(_seal_meta(body, layout.size, "0" * 64))
     root = checkpoints_dir(run_dir)
     final = root / f"step-{step:08d}"

@@ -99,11 +99,6 @@ def saved_meta(run_dir: str) -> dict:
         return {}  # a damaged newest checkpoint is reported when it is loaded
 
 
-def saved_config(run_dir: str) -> dict | None:
-    """The config stored in the run's newest checkpoint (None for a new run)."""
-    return saved_meta(run_dir).get("config")
-
-
 def resume_dtype(cfg: Config, saved: dict, log: Log) -> Config:
     """A resumed run keeps the compute dtype it was trained in (else it could not be bitwise)."""
     dtype = (saved.get("execution") or {}).get("dtype")

@@ -145,9 +145,9 @@ def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_ste
             undo.restore()
             ctx.micro_batch = on_oom(err)
             continue
-        if undo is not None:
-            undo.save()
         start = sl.stop
+        if undo is not None and start < B:  # after the last micro-batch nothing is retried
+            undo.save()
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
