@@ -475,3 +475,15 @@ def test_module_does_not_import_model_data_or_cli() -> None:
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     banned = ("trmkit.model", "trmkit.data", "trmkit.cli")
     assert not [m for m in names if m.startswith(banned)]
+
+
+def test_a_key_added_to_the_config_later_matches_an_old_checkpoint_only_at_its_default():
+    from trmkit.config import Config
+    from trmkit.train.checkpoint import diff_configs, with_new_defaults
+
+    now = Config().to_dict()
+    old = {k: dict(v) for k, v in now.items()}
+    del old["model"]["puzzle_emb_dim"]  # written before model.puzzle_emb_dim existed
+    assert diff_configs(with_new_defaults(old, now), now) == []
+    now["model"]["puzzle_emb_dim"] = 64
+    assert diff_configs(with_new_defaults(old, now), now) == ["model.puzzle_emb_dim: checkpoint <missing>, config 64"]

@@ -1,6 +1,6 @@
 """Imports point one way (STYLE.md): config -> hardware, model, data, monitor -> plan -> train
--> applications (bench, learn, report) -> cli. model and data never import each other;
-nothing imports cli."""
+-> tasks -> applications (bench, learn, report) -> cli. model and data never import each other;
+nothing imports cli; the trainer, planner and guard never import a task (tasks sit above them)."""
 
 import ast
 from pathlib import Path
@@ -12,6 +12,7 @@ LAYER = {
     "trmkit.hardware": 1, "trmkit.memory": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
     "trmkit.plan": 2,
     "trmkit.train": 3,
+    "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4,
     "trmkit.cli": 5,
 }
@@ -66,3 +67,10 @@ def test_the_checker_would_catch_a_backward_import(tmp_path):
     fake.write_text("from trmkit.cli import main\nfrom trmkit.train.loop import train\n")
     assert {"trmkit.cli", "trmkit.train.loop"} <= imports_of(fake)
     assert layer_of("trmkit.cli")[1] > layer_of("trmkit.model.trm")[1]
+
+
+def test_tasks_use_only_data_helpers_and_the_trainer_never_imports_a_task():
+    for path in sorted((PACKAGE / "tasks").glob("*.py")):
+        for other in imports_of(path):
+            assert layer_of(other)[0] in ("trmkit", "trmkit.config", "trmkit.data", "trmkit.tasks"), \
+                f"{module_name(path)} imports {other}: a task builds on data helpers, not on the trainer"

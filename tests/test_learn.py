@@ -183,3 +183,21 @@ def test_an_unknown_schedule_is_refused(tmp_path):
     cfg = config_mod.load(tmp_path / "tiny.yaml")
     with pytest.raises(ConfigError, match="--schedule weekly"):
         learn.learning_curve(cfg, hardware.probe(), 0.02, None, tmp_path / "d", SMALL, schedule="weekly")
+
+
+def test_a_maze_curve_uses_the_maze_set_and_reports_its_scorer(tmp_path, monkeypatch):
+    from trmkit.tasks import maze
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    cfg = config_mod.load(tmp_path / "tiny.yaml")
+    spec = maze.LearnSet(size=7, train_mazes=12, test_mazes=4, min_path=4, aug=1)
+    logs = []
+    points = learn.learning_curve(cfg, hardware.probe(), 0.01, None, tmp_path / "m", spec, log=logs.append,
+                                  task="maze")
+    assert any("7x7 mazes, shortest paths >= 4 steps" in line for line in logs)
+    last = points[-1]
+    assert last.blank_accuracy is None and 0.0 <= last.task_metrics["valid_path_accuracy"] <= 1.0
+    table = "\n".join(learn.format_table(points))
+    assert "valid_path_accuracy" in table and "        -" in table  # no blank cells in a maze
+    assert learn.learn_set("maze") is maze.TASK.learn_set

@@ -73,12 +73,12 @@ def test_evaluation_that_fails_to_allocate_is_retried_at_half_the_batch(root, mo
     clean = loop.run_eval(s)
     real, sizes = loop.evaluate, []
 
-    def small_only(model, batches, ctx, blank_id):
+    def small_only(model, batches, ctx, blank_id, scorer=None):
         batches = list(batches)
         sizes.append(len(batches[0].inputs))
         if sizes[-1] > 2:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes")
-        return real(model, batches, ctx, blank_id)
+        return real(model, batches, ctx, blank_id, scorer)
 
     monkeypatch.setattr(loop, "evaluate", small_only)
     lines = []

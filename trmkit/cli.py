@@ -21,35 +21,47 @@ def _cache_dir() -> Path:
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
+    from trmkit import tasks
+
     sub = p.add_subparsers(dest="task", required=True)
-    s = sub.add_parser("sudoku", help="build a Sudoku store from a generator or a file")
-    s.add_argument("--source", default="generate",
-                   help="'generate', a plain-text collection (.txt) or a Sudoku-Extreme CSV")
-    s.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
-    s.add_argument("--test-fraction", type=float, default=0.1, help="share of puzzles held out for test")
-    s.add_argument("--aug", type=int, default=0, help="augmented copies per training puzzle")
-    s.add_argument("--limit", type=int, default=None, help="read at most N puzzles from the source")
-    s.add_argument("--num", type=int, default=1000, help="puzzles to generate (--source generate)")
-    s.add_argument("--givens", default="24-26", help="givens per generated puzzle: N or A-B")
-    s.add_argument("--min-guesses", type=int, default=0,
-                   help="generated puzzles need at least this many solver guesses (harder)")
-    s.add_argument("--allow-multiple", action="store_true",
-                   help="keep puzzles with several solutions, labelled with the first one found")
-    s.add_argument("--seed", type=int, default=0)
+    for name, task in tasks.all_tasks().items():
+        if task.shape != "grid":
+            continue  # classification and policy tasks bring their own commands
+        s = sub.add_parser(name, help=task.summary, description=task.summary)
+        s.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
+        s.add_argument("--test-fraction", type=float, default=0.1,
+                       help="share held out for test; 1 puts everything in test (a store for `trmkit eval` only)")
+        s.add_argument("--seed", type=int, default=0)
+        task.add_arguments(s)
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from trmkit.data import sudoku
+    from trmkit import tasks
 
     try:
-        sudoku.build_sudoku(
-            source=args.source, out_dir=Path(args.out), test_fraction=args.test_fraction,
-            aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens,
-            min_guesses=args.min_guesses, seed=args.seed, require_unique=not args.allow_multiple,
-        )
+        tasks.get(args.task).build(args, print)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err
     return 0
+
+
+def _task_scorer(cfg: config_mod.Config, log=print):
+    """The scorer of the task that built the run's store (None: generic metrics only)."""
+    from trmkit import tasks
+    from trmkit.data.store import StoreError, read_meta
+
+    root = Path(cfg.data.path)
+    for split in ("train", "test"):
+        try:
+            name = read_meta(root / split / "meta.json").task
+        except StoreError:
+            continue
+        try:
+            return tasks.get(name).scorer
+        except KeyError:
+            log(f"task: {name!r} is not a registered task; evaluation reports the generic metrics only")
+            return None
+    return None
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -78,7 +90,9 @@ def _run_train(args: argparse.Namespace) -> int:
     from trmkit.train import loop
 
     budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
-    session = loop.prepare(_train_config(args), hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget)
+    cfg = _train_config(args)
+    session = loop.prepare(cfg, hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget,
+                           scorer=_task_scorer(cfg))
     loop.train(session, is_tty=sys.stdout.isatty())
     return 0
 
@@ -97,14 +111,19 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else [])
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir}: no config.yaml there; is it a run directory written by `trmkit train`?")
     cfg = config_mod.load(run_dir / "config.yaml", overrides)
     budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
-    session = loop.prepare(cfg, hardware.probe(), log=lambda m: print(m, file=sys.stderr),
-                           cache_dir=_cache_dir(), budget_bytes=budget)
+    stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the JSON result)
+    session = loop.prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(), budget_bytes=budget,
+                           scorer=_task_scorer(cfg, stderr), evaluate_only=True)
     loop.load_weights(session, run_dir)
     with session.meter.phase("eval"):
-        result = loop.run_eval(session, args.limit, log=lambda m: print(m, file=sys.stderr))
-    memory = loop.memory_summary(session, log=lambda m: print(m, file=sys.stderr))
+        result = loop.run_eval(session, args.limit, log=stderr)
+    if not result:
+        raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
+    memory = loop.memory_summary(session, log=stderr)
     result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
     result["memory_budget_gb"] = round(int(session.plan.budget.value) / 2**30, 3)
     result["memory"] = memory
@@ -211,7 +230,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="with --learn: evaluate every MINUTES of training time (default: --learn / 4), "
                         "or at a list of marks, e.g. 15,30 (and always at the end)")
     p.add_argument("--data-dir", default=None,
-                   help="with --learn: where the fixed set is built or reused (default: data/learn-sudoku)")
+                   help="with --learn: where the fixed set is built or reused (default: data/learn-TASK)")
+    p.add_argument("--task", default=None,
+                   help="with --learn: the task whose fixed set is measured (default sudoku; maze: 10,000 + 500 "
+                        "generated 15 x 15 mazes with shortest paths >= 28 steps, x8 symmetries)")
     p.add_argument("--schedule", choices=("budget", "config"), default=None,
                    help="with --learn: 'budget' (default) fits train.max_steps, and with it the lr cosine, "
                         "to MINUTES from the speed of the first 30 s; 'config' keeps the config's")
@@ -228,12 +250,12 @@ def _run_bench(args: argparse.Namespace) -> int:
         if args.compare or args.save:
             raise ConfigError("--compare and --save apply to the step benchmark, not to --learn")
         points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
-                                      args.data_dir or learn.DEFAULT_DATA_DIR, log=log, cache_dir=_cache_dir(),
-                                      schedule=args.schedule or "budget")
+                                      args.data_dir, log=log, cache_dir=_cache_dir(),
+                                      schedule=args.schedule or "budget", task=args.task or "sudoku")
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
         return 0
-    if args.every is not None or args.data_dir is not None or args.schedule is not None:
-        raise ConfigError("--every, --data-dir and --schedule need --learn MINUTES")
+    if args.every is not None or args.data_dir is not None or args.schedule is not None or args.task is not None:
+        raise ConfigError("--every, --data-dir, --schedule and --task need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
     from trmkit.plan import parse_bytes
 

@@ -35,6 +35,7 @@ class ModelConfig:
     mixer: str = "mlp_t"  # "mlp_t" (SwiGLU over the sequence axis) or "attention"
     expansion: float = 4.0  # SwiGLU width = expansion * 2/3 * D, rounded up to 256
     puzzle_emb_len: int = 16  # learned prefix positions holding the puzzle embedding
+    puzzle_emb_dim: int = 0  # values learned per puzzle, zero-padded to puzzle_emb_len * D (0 = all of them)
     rms_norm_eps: float = 1e-5  # epsilon of the weightless RMSNorm
     rope_theta: float = 10000.0  # rotary base (mixer=attention only)
     halt_loss_weight: float = 0.5  # total loss = token loss + w * halt loss
@@ -56,6 +57,9 @@ class ModelConfig:
         for name in ("hidden_size", "L_layers", "H_cycles", "L_cycles", "halt_max_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.puzzle_emb_dim <= self.puzzle_emb_len * self.hidden_size:
+            raise ConfigError(f"model.puzzle_emb_dim={self.puzzle_emb_dim} must be in [0, puzzle_emb_len * "
+                              f"hidden_size = {self.puzzle_emb_len * self.hidden_size}] (0 = all of them)")
         if not 0.0 <= self.halt_exploration_prob <= 1.0:
             raise ConfigError("model.halt_exploration_prob must be in [0, 1]")
 

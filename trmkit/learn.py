@@ -1,7 +1,7 @@
-"""Accuracy per CPU-hour: train a config for a wall-clock budget on a fixed Sudoku set.
+"""Accuracy per CPU-hour: train a config for a wall-clock budget on a task's fixed generated set.
 
-`trmkit bench --learn MINUTES CONFIG` builds (once) a fixed generated Sudoku
-set, trains CONFIG on it with the training loop's own pieces
+`trmkit bench --learn MINUTES CONFIG [--task sudoku|maze]` builds (once) the
+task's fixed generated set (its `Task.learn_set`), trains CONFIG on it with the training loop's own pieces
 (`loop.prepare`, `train_step`, `loop.run_eval`: the same planner, step,
 memory guard and EMA evaluation as `trmkit train`) and evaluates the
 held-out puzzles every `every` minutes of training and at the end.
@@ -28,18 +28,22 @@ How time is counted:
 - Evaluation uses the EMA weights when EMA is on (as `run_eval` does), on
   every held-out puzzle (data.eval_limit is set to 0).
 
-The fixed set (`LearnSet`, defaults): 1000 training puzzles with 24-26
+The task's scorer adds its metrics to each point (maze: valid_path_accuracy).
+
+Sudoku's fixed set (`tasks.sudoku.LearnSet`, defaults): 1000 training puzzles with 24-26
 givens, each with 100 augmented copies (101,000 training examples; the
 stream draws one copy per puzzle per epoch), and 200
 held-out puzzles (not augmented), generated with seed 0; every puzzle has
-exactly one solution. It is reused when the directory's meta.json records
-the same build arguments, and rebuilt otherwise.
+exactly one solution. Maze's (`tasks.maze.LearnSet`): 10,000 training
+mazes of 15 x 15 with shortest paths of at least 28 steps, each with its 7
+other symmetries, and 500 held-out mazes. A set is reused when the
+directory's meta.json records the same build arguments, and rebuilt otherwise.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,40 +52,29 @@ import psutil
 from trmkit import config as config_mod
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import StoreError, open_split
-from trmkit.data.sudoku import build_sudoku, parse_givens
+from trmkit import tasks
 from trmkit.hardware import HardwareInfo
+from trmkit.tasks.sudoku import LearnSet
 from trmkit.train import loop
 from trmkit.train.step import train_step
 
 Log = Callable[[str], None]
-DEFAULT_DATA_DIR = "data/learn-sudoku"
+DEFAULT_DATA_DIR = "data/learn-sudoku"  # the Sudoku set's (LearnSet.default_dir)
 SCHEDULES = ("budget", "config")
 FIT_AFTER_S = 30.0  # training seconds timed before the lr schedule is fitted to the budget
 
 
-@dataclass(frozen=True)
-class LearnSet:
-    """The fixed generated Sudoku set a learning curve is measured on."""
-
-    train_puzzles: int = 1000  # generated puzzles in the training split
-    test_puzzles: int = 200  # held-out puzzles (never augmented)
-    givens: str = "24-26"  # givens per puzzle: N or A-B
-    aug: int = 100  # augmented copies per training puzzle (digit relabelling, transposition, row/column moves)
-    seed: int = 0  # generator and split seed
-
-    def __post_init__(self) -> None:
-        if self.train_puzzles < 1 or self.test_puzzles < 1:
-            raise ConfigError("the learning set needs at least one training and one test puzzle")
-
-    def build_args(self) -> dict[str, Any]:
-        """build_sudoku's arguments, named as meta.json's "build" section records them."""
-        total = self.train_puzzles + self.test_puzzles
-        return {"source": "generate", "num_generate": total, "test_fraction": self.test_puzzles / total,
-                "aug": self.aug, "givens": list(parse_givens(self.givens)), "limit": None,
-                "min_guesses": 0, "max_guesses": None, "seed": self.seed, "require_unique": True}
+FIXED_SET = LearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku.py)
 
 
-FIXED_SET = LearnSet()  # the set `trmkit bench --learn` measures on
+def learn_set(task: str):
+    """The fixed set of a task (Sudoku: FIXED_SET, which tests may replace)."""
+    if task == "sudoku":
+        return FIXED_SET
+    spec = tasks.get(task).learn_set
+    if spec is None:
+        raise ConfigError(f"--task {task}: this task declares no learning set for `bench --learn`")
+    return spec
 
 
 def recorded_args(data_dir: Path, keys) -> dict[str, Any] | None:
@@ -93,7 +86,7 @@ def recorded_args(data_dir: Path, keys) -> dict[str, Any] | None:
     return {k: build.get(k) for k in keys}
 
 
-def ensure_dataset(spec: LearnSet, data_dir: str | Path, log: Log = print) -> bool:
+def ensure_dataset(spec, data_dir: str | Path, log: Log = print) -> bool:
     """Reuse data_dir when it was built with spec's arguments, else (re)build it. True if built."""
     data_dir, want = Path(data_dir), spec.build_args()
     found = recorded_args(data_dir, want)
@@ -103,16 +96,14 @@ def ensure_dataset(spec: LearnSet, data_dir: str | Path, log: Log = print) -> bo
     if found is not None:
         changed = ", ".join(f"{k}: {found[k]} -> {want[k]}" for k in want if found[k] != want[k])
         log(f"learn: {data_dir} was built with other arguments ({changed}); rebuilding it")
-    log(f"learn: building {data_dir}: {spec.train_puzzles} + {spec.test_puzzles} puzzles with "
-        f"{spec.givens} givens, aug {spec.aug}, seed {spec.seed}")
+    log(f"learn: building {data_dir}: {spec.describe()}")
     try:
-        built = build_sudoku("generate", data_dir, test_fraction=want["test_fraction"], aug=spec.aug,
-                             num_generate=want["num_generate"], givens=spec.givens, seed=spec.seed, log=log)
+        built = spec.build(data_dir, log)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(f"--data-dir {data_dir}: {err}") from err
-    if (built.train_groups, built.test_groups) != (spec.train_puzzles, spec.test_puzzles):
-        raise ConfigError(f"{data_dir}: built {built.train_groups} + {built.test_groups} puzzles, "
-                          f"wanted {spec.train_puzzles} + {spec.test_puzzles}")
+    if built != (spec.train_groups, spec.test_groups):
+        raise ConfigError(f"{data_dir}: built {built[0]} + {built[1]} groups, "
+                          f"wanted {spec.train_groups} + {spec.test_groups}")
     return True
 
 
@@ -154,7 +145,7 @@ class Point:
     steps: int  # optimizer steps
     samples: int  # slot updates (steps x batch_size), as samples/s counts them
     samples_started: int  # training examples drawn from the set (one copy of each of the 1000 puzzles per epoch)
-    blank_accuracy: float  # held-out cells that were blank in the puzzle
+    blank_accuracy: float | None  # held-out cells that were blank in the puzzle (None: the task has no blanks)
     exact_accuracy: float  # held-out puzzles with every cell right
     cell_accuracy: float  # every held-out cell, givens included
     loss: float
@@ -163,20 +154,22 @@ class Point:
     eval_seconds: float  # this evaluation's time (not in `minutes`)
     wall_minutes: float  # since the first step, evaluations included
     load_average: float  # the machine's 1-minute load average at this point
+    task_metrics: dict[str, float] = field(default_factory=dict)  # the task scorer's (e.g. valid_path_accuracy)
 
 
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
-                   data_dir: str | Path = DEFAULT_DATA_DIR, spec: LearnSet | None = None, log: Log = print,
-                   cache_dir: Path | None = None, schedule: str = "budget") -> list[Point]:
-    """Train cfg for `minutes` of training time on the fixed set (default FIXED_SET); evaluate at each mark."""
+                   data_dir: str | Path | None = None, spec=None, log: Log = print,
+                   cache_dir: Path | None = None, schedule: str = "budget", task: str = "sudoku") -> list[Point]:
+    """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
-    points_at, spec = marks(minutes, every), spec or FIXED_SET
+    points_at, spec = marks(minutes, every), spec or learn_set(task)
+    data_dir = data_dir or spec.default_dir
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
-    s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir)
+    s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=tasks.get(task).scorer)
     log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
-        f"on {len(s.test_split)} held-out puzzles; evaluation time is not counted; load average "
+        f"on {len(s.test_split)} held-out {task} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
     fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
     return run_curve(s, [60 * m for m in points_at], log, fit_at)
@@ -230,26 +223,37 @@ def evaluate_point(s: loop.Session, clock: loop.Clock, lr: float) -> Point:
     seconds = time.perf_counter() - t0
     clock.eval_seconds += seconds
     return Point(minutes=trained / 60, steps=s.state.step, samples=clock.samples,
-                 samples_started=s.state.samples_started, blank_accuracy=evals["blank_accuracy"],
+                 samples_started=s.state.samples_started,
+                 blank_accuracy=evals["blank_accuracy"] if s.test_split.meta.blank_id is not None else None,
                  exact_accuracy=evals["exact_accuracy"], cell_accuracy=evals["cell_accuracy"],
                  loss=evals["loss"], act_steps=evals["act_steps"], lr=lr, eval_seconds=seconds,
-                 wall_minutes=(time.perf_counter() - clock.start) / 60, load_average=psutil.getloadavg()[0])
+                 wall_minutes=(time.perf_counter() - clock.start) / 60, load_average=psutil.getloadavg()[0],
+                 task_metrics={k: float(v) for k, v in evals.items() if k not in GENERIC})
+
+
+GENERIC = ("loss", "cell_accuracy", "blank_accuracy", "exact_accuracy", "act_steps", "samples")
+
+
+def _blank(p: Point) -> str:
+    return "-" if p.blank_accuracy is None else f"{p.blank_accuracy:.3f}"
 
 
 def format_point(p: Point) -> str:
     return (f"learn @ {p.minutes:.2f} min (step {p.steps}, {p.samples / max(p.minutes * 60, 1e-9):.0f} "
-            f"samples/s): blank {p.blank_accuracy:.3f}, exact {p.exact_accuracy:.3f}, cell "
-            f"{p.cell_accuracy:.3f} | eval {p.eval_seconds:.1f} s, load {p.load_average:.2f}")
+            f"samples/s): blank {_blank(p)}, exact {p.exact_accuracy:.3f}, cell {p.cell_accuracy:.3f}"
+            + "".join(f", {k} {v:.3f}" for k, v in p.task_metrics.items())
+            + f" | eval {p.eval_seconds:.1f} s, load {p.load_average:.2f}")
 
 
 def format_table(points: list[Point]) -> list[str]:
     """The curve as a fixed-width table."""
-    lines = ["minutes  steps   samples  blank_acc  exact_acc  cell_acc  eval_s  load",
-             "-------  -----  --------  ---------  ---------  --------  ------  ----"]
+    extra = list(points[0].task_metrics) if points else []
+    lines = ["minutes  steps   samples  blank_acc  exact_acc  cell_acc  eval_s  load" + "".join(f"  {k}" for k in extra),
+             "-------  -----  --------  ---------  ---------  --------  ------  ----" + "".join(f"  {'-' * len(k)}" for k in extra)]
     for p in points:
-        lines.append(f"{p.minutes:7.2f}  {p.steps:5d}  {p.samples:8d}  {p.blank_accuracy:9.3f}  "
+        lines.append(f"{p.minutes:7.2f}  {p.steps:5d}  {p.samples:8d}  {_blank(p):>9}  "
                      f"{p.exact_accuracy:9.3f}  {p.cell_accuracy:8.3f}  {p.eval_seconds:6.1f}  "
-                     f"{p.load_average:4.2f}")
+                     f"{p.load_average:4.2f}" + "".join(f"  {p.task_metrics[k]:{len(k)}.3f}" for k in extra))
     lines.append("minutes = training time; evaluation (eval_s) is not counted in it")
     return lines
 

@@ -329,7 +329,7 @@ def carry_slot_bytes(m: ModelConfig) -> int:
     """Bytes per slot of the global batch that live through the whole step."""
     S, D = seq_total(m), m.hidden_size
     carry = 2 * S * D * 4  # z_H, z_L (float32), updated in place micro-batch by micro-batch
-    puzzle_rows = 2 * m.puzzle_emb_len * D * 4  # rows in use and their gradients, until the update
+    puzzle_rows = 2 * (m.puzzle_emb_dim or m.puzzle_emb_len * D) * 4  # rows in use and their gradients
     data = m.seq_len * (1 + 8) + 8 + 4 + 1 + 2 * 4  # inputs uint8, labels int64, id, steps, halted, draws
     return carry + puzzle_rows + data
 
@@ -346,7 +346,7 @@ def fixed_parts(m: ModelConfig, dtype: str, baseline: int, calib: Calibration,
         "gradient undo copy": 4 * n,  # the guard's copy to undo a micro-batch whose allocation failed
         "optimizer (Adam m, v)": 8 * n,
         "EMA copy": 4 * n if ema else 0,
-        "puzzle embeddings": 4 * m.num_puzzle_ids * m.puzzle_emb_len * m.hidden_size,
+        "puzzle embeddings": 4 * m.num_puzzle_ids * (m.puzzle_emb_dim or m.puzzle_emb_len * m.hidden_size),
     }
     if dtype == "bfloat16":
         parts["bf16 weight copies"] = 2 * n

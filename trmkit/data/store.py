@@ -166,6 +166,7 @@ class Batch:
     inputs: np.ndarray  # (B, L)
     labels: np.ndarray  # (B, L)
     puzzle_ids: np.ndarray  # (B,)
+    rows: np.ndarray | None = None  # (B,) example rows in the split (evaluation batches)
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
@@ -178,16 +179,20 @@ def write_store(
     out_dir: str | os.PathLike[str],
     splits: Mapping[str, SplitArrays],
     meta: Mapping[str, Any],
+    extras: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write every split of a dataset to ``out_dir`` all-or-nothing.
 
     ``meta`` holds the builder keys (:data:`BUILDER_META_KEYS`); format,
     sizes, seq_len and dtypes are derived here. Arrays are cast to the
-    smallest dtypes that fit. Everything is written and fsynced in a hidden
-    sibling directory that is renamed into place at the end, so a failure
-    leaves no partial store. An existing store is replaced (old one renamed
-    aside, new one renamed in, old one deleted); any other existing
-    directory or file is refused.
+    smallest dtypes that fit. ``extras`` (optional) maps a split name to
+    ``{file name: JSON value}``: a task's sidecar files (ARC's augmentation
+    table), written into that split's directory within the same atomic
+    swap, so arrays never pair with a stale sidecar. Everything is written
+    and fsynced in a hidden sibling directory that is renamed into place at
+    the end, so a failure leaves no partial store. An existing store is
+    replaced (old one renamed aside, new one renamed in, old one deleted);
+    any other existing directory or file is refused.
     """
     out = Path(out_dir)
     check_output_dir(out)
@@ -195,12 +200,14 @@ def write_store(
     if not splits:
         raise ValueError("write_store needs at least one split")
     prepared = {name: _prepare_split(name, arrays, meta) for name, arrays in splits.items()}
+    extras = _check_extras(extras or {}, splits)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _fresh_sibling(out, "tmp")
     tmp.mkdir()
     try:
         for name, (arrays, split_meta) in prepared.items():
             _write_split(tmp / name, arrays, split_meta)
+            _write_sidecars(tmp / name, extras.get(name, {}))
         _fsync_dir(tmp)
         _swap_into_place(tmp, out)
     except BaseException:
@@ -305,6 +312,18 @@ def _check_offsets(split: str, what: str, offsets: np.ndarray, count: int | None
         raise ValueError(f"split {split}: {what} must rise strictly from 0 to {total}")
 
 
+def _check_extras(extras: Mapping[str, Mapping[str, Any]], splits: Mapping[str, SplitArrays]
+                  ) -> Mapping[str, Mapping[str, Any]]:
+    """Sidecar files: plain ``*.json`` names in a split being written, never ``meta.json``."""
+    for split, files in extras.items():
+        if split not in splits:
+            raise ValueError(f"write_store: extras for split {split!r}, which is not written ({sorted(splits)})")
+        for name in files:
+            if name != Path(name).name or not name.endswith(".json") or name == META_FILE or name.startswith("."):
+                raise ValueError(f"write_store: bad sidecar file name {name!r} (a plain *.json name, not {META_FILE})")
+    return extras
+
+
 def _write_split(path: Path, arrays: SplitArrays, meta: dict[str, Any]) -> None:
     path.mkdir()
     for name in ARRAY_NAMES:
@@ -318,6 +337,18 @@ def _write_split(path: Path, arrays: SplitArrays, meta: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(path)
+
+
+def _write_sidecars(path: Path, files: Mapping[str, Any]) -> None:
+    """A split's extra JSON files (compact: they can be large), inside the not yet renamed store."""
+    for name, value in files.items():
+        with open(path / name, "w", encoding="utf-8") as f:
+            json.dump(value, f)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    if files:
+        _fsync_dir(path)
 
 
 def _fresh_sibling(out: Path, kind: str) -> Path:
@@ -546,4 +577,5 @@ def eval_batches(split: Split, batch_size: int, limit: int | None = None) -> Ite
             inputs=np.array(split.inputs[start:stop]),  # (b, L)
             labels=np.array(split.labels[start:stop]),  # (b, L)
             puzzle_ids=np.asarray(split.puzzle_identifiers[puzzles]),  # (b,)
+            rows=rows,
         )

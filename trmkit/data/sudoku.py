@@ -668,10 +668,9 @@ def build_sudoku(
                 "with the first solution found)" if set(report.skipped_by_reason) == {"multiple_solutions"} else "")
         raise ValueError(f"{report.source}: no usable puzzles ({report.skipped} skipped); nothing written{hint}")
     test_rows, train_rows = _split_rows(len(puzzles), test_fraction, seed)
-    splits = {
-        "train": _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed),
-        "test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed),
-    }
+    splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
+    if len(train_rows):  # test_fraction 1: a store for evaluation only
+        splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
     settings = {
         "source": report.source, "test_fraction": test_fraction, "aug": aug, "limit": limit,
         "num_generate": num_generate if str(source) == "generate" else None,
@@ -680,7 +679,7 @@ def build_sudoku(
     }
     write_store(out_dir, splits, _store_meta(report, settings, splits))
     built = BuildReport(
-        Path(out_dir), report.source, report, len(train_rows), len(splits["train"].inputs),
+        Path(out_dir), report.source, report, len(train_rows), len(splits["train"].inputs) if len(train_rows) else 0,
         len(test_rows), len(splits["test"].inputs), time.perf_counter() - start,
     )
     log(built.summary_lines()[-1])
@@ -688,8 +687,9 @@ def build_sudoku(
 
 
 def _check_build_args(test_fraction: float, aug: int, limit: int | None, num_generate: int, seed: int) -> None:
-    if not 0.0 <= test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1] (1: every puzzle in test, for evaluation only), "
+                         f"got {test_fraction}")
     if aug < 0:
         raise ValueError(f"aug must be >= 0, got {aug}")
     if limit is not None and limit < 1:
@@ -738,7 +738,7 @@ def _collect(
 def _split_rows(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Random (test, train) row indices, each kept in source order."""
     n_test = int(round(n * test_fraction))
-    if test_fraction > 0 and n >= 2:
+    if 0 < test_fraction < 1 and n >= 2:
         n_test = min(max(n_test, 1), n - 1)  # a non-empty test split when asked for one
     order = np.random.default_rng([seed, 1]).permutation(n)
     return np.sort(order[:n_test]), np.sort(order[n_test:])

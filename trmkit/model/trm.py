@@ -18,6 +18,8 @@ Departures / choices beyond the paper (following the reference code):
 - The puzzle embedding is a buffer updated by sign-SGD on the rows in use,
   so it is not counted among the trainable parameters.
 - Token and prefix embeddings are scaled by sqrt(D) after concatenation.
+- With model.puzzle_emb_dim set (the reference's ARC recipe: D values per
+  puzzle), the learned row is zero-padded to the prefix's puzzle_emb_len * D.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class Carry:
     z_L: torch.Tensor  # (B, S, D) latent reasoning state z
     steps: torch.Tensor  # (B,) int32 supervision steps taken by the slot's sample
     halted: torch.Tensor  # (B,) bool: the slot takes a new sample at the next step
+
+
+def puzzle_width(cfg: ModelConfig) -> int:
+    """Values learned per puzzle: puzzle_emb_dim, or the whole prefix (puzzle_emb_len * D) when 0."""
+    return cfg.puzzle_emb_dim or cfg.puzzle_emb_len * cfg.hidden_size
 
 
 class PuzzleEmbedding(nn.Module):
@@ -82,7 +89,7 @@ class TRM(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, D)
         std = 1.0 / math.sqrt(D)
         nn.init.trunc_normal_(self.embed_tokens.weight, std=std, a=-2 * std, b=2 * std)
-        self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, P * D) if P > 0 else None
+        self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, puzzle_width(cfg)) if P > 0 else None
         self.net = Network(D, self.seq_total, cfg.L_layers, cfg.mixer, cfg.num_heads,
                            cfg.expansion, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
@@ -134,7 +141,11 @@ class TRM(nn.Module):
         """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings]."""
         x = self.embed_tokens(inputs.long())  # (B, L, D)
         if self.puzzle_emb is not None:
-            prefix = self.puzzle_emb(puzzle_ids.long()).view(x.shape[0], self.cfg.puzzle_emb_len, -1)
+            rows = self.puzzle_emb(puzzle_ids.long())  # (B, width)
+            pad = self.cfg.puzzle_emb_len * self.cfg.hidden_size - rows.shape[1]
+            if pad:  # the reference's ARC embedding: D values, the rest of the prefix zeros
+                rows = torch.nn.functional.pad(rows, (0, pad))
+            prefix = rows.view(x.shape[0], self.cfg.puzzle_emb_len, -1)
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
         return self.embed_scale * x
 

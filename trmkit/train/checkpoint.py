@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from trmkit import __version__ as TRMKIT_VERSION
+from trmkit.config import Config
 
 CHECKPOINTS_DIR = "checkpoints"
 TENSORS_FILE = "tensors.safetensors"
@@ -768,11 +769,24 @@ def check_config(
     stored = ckpt.config
     if not isinstance(stored, Mapping):
         raise CheckpointError(f"{ckpt.path}: checkpoint has no stored config to compare with")
-    diffs = diff_configs(stored, expected_config, ignore=ignore)
+    diffs = diff_configs(with_new_defaults(stored, expected_config), expected_config, ignore=ignore)
     if diffs:
         raise CheckpointError(
             f"config differs from checkpoint {ckpt.path}:\n  " + "\n  ".join(diffs)
             + "\nResume with the checkpoint's config, or start a new run directory.")
+
+
+def with_new_defaults(stored: Mapping[str, Any], expected: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config with the keys added to Config since it was written, where the expected
+    config holds them at their defaults (e.g. model.puzzle_emb_dim: 0 behaves as before the key existed)."""
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in stored.items()}
+    for section, values in Config().to_dict().items():
+        if not isinstance(out.get(section), dict) or not isinstance(expected.get(section), Mapping):
+            continue
+        for key, value in values.items():
+            if key not in out[section] and expected[section].get(key, object()) == value:
+                out[section][key] = value
+    return out
 
 
 def load_latest(

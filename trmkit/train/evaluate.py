@@ -3,15 +3,21 @@
 Reported metrics (names shared by `train`'s summary and `eval`):
 - loss: token stable-max cross-entropy at the last step, mean over samples;
 - cell_accuracy: right cells / labelled cells (givens included, as the reference);
-- blank_accuracy: the same over the cells that were blank in the input;
+- blank_accuracy: the same over the cells that were blank in the input
+  (only for tasks whose store names a blank token, e.g. Sudoku);
 - exact_accuracy: samples whose every labelled cell is right;
 - act_steps: mean number of steps at which the halting head would stop
   (the first step with q_halt > 0, else N_sup).
+
+A task adds its own metrics through a `Scorer` (docs/tasks.md): it sees every
+batch with the predicted tokens and the final halting logit, and its
+`result()` is merged into the metrics. The trainer knows only this protocol,
+never a task.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import numpy as np
 import torch
@@ -21,17 +27,33 @@ from trmkit.model.trm import TRM
 from trmkit.train.step import StepContext, labels_to_tensor
 
 
+class Scorer(Protocol):
+    """A task's extra metrics, fed batch by batch during evaluation."""
+
+    def add(self, batch, preds: np.ndarray, q_halt: np.ndarray) -> None:
+        """batch: data.store.Batch (rows included); preds (b, L) token ids; q_halt (b,) final halt logits."""
+
+    def result(self) -> dict[str, float]:
+        """Metrics to merge into the evaluation's (names must not clash with the generic ones)."""
+
+    # Optional: save(run_dir) -> Path writes the task's answers (ARC: submission.json) after evaluation.
+
+
 @torch.no_grad()
-def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | None) -> dict[str, float]:
-    """Run every batch through all N_sup steps; returns averaged metrics."""
+def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | None,
+             scorer: Scorer | None = None) -> dict[str, float]:
+    """Run every batch through all N_sup steps; returns averaged metrics (and the scorer's)."""
     was_training = model.training
     model.eval()
     totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
     for batch in batches:
-        _accumulate(totals, _eval_batch(model, batch, ctx, blank_id))
+        part, preds, q_halt = _eval_batch(model, batch, ctx, blank_id)
+        _accumulate(totals, part)
+        if scorer is not None:
+            scorer.add(batch, preds, q_halt)
     model.train(was_training)
     n = max(1, totals["n"])
-    return {
+    generic = {
         "loss": totals["loss"] / n,
         "cell_accuracy": totals["right"] / max(1, totals["valid"]),
         "blank_accuracy": totals["blank_right"] / max(1, totals["blank"]),
@@ -39,9 +61,14 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
         "act_steps": totals["steps"] / n,
         "samples": totals["n"],
     }
+    if blank_id is None:  # a task without blank cells (Maze, ARC): the metric would read 0, not "none"
+        del generic["blank_accuracy"]
+    return {**generic, **(scorer.result() if scorer is not None else {})}
 
 
-def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None) -> dict:
+
+def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
+                ) -> tuple[dict, np.ndarray, np.ndarray]:
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
@@ -57,7 +84,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None) -> di
     loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
     pred = logits.argmax(-1)
     blank = (inputs == blank_id) & (labels >= 0) if blank_id is not None else torch.zeros_like(labels, dtype=torch.bool)
-    return {
+    part = {
         "loss": float(stats["token_loss"].sum()),
         "right": int(stats["right"].sum()),
         "valid": int(stats["valid"].sum()),
@@ -67,6 +94,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None) -> di
         "steps": float(first_halt.float().sum()),
         "n": int(inputs.shape[0]),
     }
+    return part, pred.cpu().numpy(), q.float().cpu().numpy()
 
 
 def _accumulate(totals: dict, part: dict) -> None:

@@ -27,7 +27,7 @@ from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_process, apply_to_model, learn_from_peaks, make_plan
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
-from trmkit.train.evaluate import evaluate
+from trmkit.train.evaluate import Scorer, evaluate
 from trmkit.train.guard import MemoryGuard, PeakReader
 from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
 from trmkit.train.signals import graceful_stop
@@ -45,32 +45,76 @@ class Session:
     model: TRM
     opts: Optimizers
     state: TrainState
-    stream: SampleStream
-    train_split: Split
+    stream: SampleStream | None  # None when prepared for evaluation only
+    train_split: Split | None
     test_split: Split | None
     ctx: StepContext
     guard: MemoryGuard | None = None
     meter: PeakMeter = field(default_factory=PeakMeter)  # the process's peak RSS, per phase
     cache_dir: Path | None = None  # where the plan's measurements are cached (and learn from this run)
     eval_batch: int = 0  # evaluation slots per forward once an allocation failed (0: the plan's)
+    scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
 
 
-def open_splits(cfg: Config) -> tuple[Split, Split | None]:
+def open_splits(cfg: Config, need_train: bool = True) -> tuple[Split | None, Split | None]:
+    """The store's train and test splits; a store built for evaluation only has no train split."""
     root = Path(cfg.data.path)
     if not cfg.data.path:
-        raise ConfigError("data.path is empty: build a store with `trmkit data sudoku --out DIR` "
-                          "and pass data.path=DIR")
-    if not (root / "train").is_dir():
-        raise ConfigError(f"data.path={root}: no train/ split there; build one with "
-                          f"`trmkit data sudoku --source generate --out {root}`")
+        raise ConfigError("data.path is empty: build a store with `trmkit data TASK --out DIR` "
+                          "(tasks: `trmkit data --help`) and pass data.path=DIR")
+    train = open_split(root / "train") if (root / "train").is_dir() else None
     test = open_split(root / "test") if (root / "test").is_dir() else None
-    return open_split(root / "train"), test
+    if train is None and (need_train or test is None):
+        what = ("it holds only a test split (built with --test-fraction 1, for `trmkit eval RUN --data DIR`)"
+                if test is not None else "no train/ or test/ split there")
+        raise ConfigError(f"data.path={root}: {what}; build a training store with "
+                          f"`trmkit data TASK --out DIR` (e.g. trmkit data sudoku --source generate --out {root})")
+    return train, test
 
 
 def fill_from_meta(cfg: Config, split: Split) -> Config:
     meta = split.meta
     return config_mod.replace(cfg, "model", vocab_size=meta.vocab_size, seq_len=meta.seq_len,
                               num_puzzle_ids=meta.num_puzzle_identifiers)
+
+
+DATA_META_FILE = "data_meta.json"  # the training store's task, vocabulary and shape, kept with the run
+
+
+def data_identity(split: Split) -> dict:
+    """What a store must share with the run's training store for the model to read it."""
+    m = split.meta
+    return {"task": m.task, "vocab": list(m.vocab), "seq_len": m.seq_len,
+            "num_puzzle_identifiers": m.num_puzzle_identifiers, "path": str(split.path.parent)}
+
+
+def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> None:
+    """A store evaluated by a run must have its vocabulary and sequence shape; else a clear error."""
+    m, saved = split.meta, {}
+    try:
+        saved = json.loads((run_dir / DATA_META_FILE).read_text())
+    except (OSError, ValueError):
+        pass  # runs from before data_meta.json: the sizes in config.yaml are checked
+    want = {"task": saved.get("task", m.task), "vocab": saved.get("vocab", list(m.vocab)),
+            "vocab_size": cfg.model.vocab_size, "seq_len": cfg.model.seq_len}
+    have = {"task": m.task, "vocab": list(m.vocab), "vocab_size": m.vocab_size, "seq_len": m.seq_len}
+    wrong = [f"{k} {have[k]!r} (the run's: {want[k]!r})" for k in want if have[k] != want[k]]
+    if m.num_puzzle_identifiers > cfg.model.num_puzzle_ids:
+        wrong.append(f"num_puzzle_identifiers {m.num_puzzle_identifiers} (the run learned "
+                     f"{cfg.model.num_puzzle_ids} puzzle embeddings)")
+    if wrong:
+        raise ConfigError(f"{split.path}: this store does not fit run {run_dir}: " + "; ".join(wrong)
+                          + ". Build the evaluation store with the same task and settings as the run's "
+                          "training store (e.g. the same --size for mazes)")
+
+
+def absolute_data_path(cfg: Config, log: Log) -> Config:
+    """A relative data.path is resolved once, at the start, so eval/resume/report work from anywhere."""
+    if not cfg.data.path or Path(cfg.data.path).is_absolute():
+        return cfg
+    path = str(Path(cfg.data.path).resolve())
+    log(f"data: data.path={cfg.data.path} -> {path} (stored absolute in the run's config)")
+    return config_mod.replace(cfg, "data", path=path)
 
 
 def seed_everything(seed: int) -> None:
@@ -110,13 +154,20 @@ def resume_dtype(cfg: Config, saved: dict, log: Log) -> Config:
 
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
-            budget_bytes: int | None = None, meter: PeakMeter | None = None) -> Session:
+            budget_bytes: int | None = None, meter: PeakMeter | None = None,
+            scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
-    The meter (started here unless given) watches every phase from the planner's probes on."""
+    The meter (started here unless given) watches every phase from the planner's probes on.
+    scorer: the task's extra evaluation metrics (built per evaluation from the test split).
+    evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's."""
     meter = meter or PeakMeter().start()
-    train_split, test_split = open_splits(cfg)
-    cfg = fill_from_meta(cfg, train_split)
+    cfg = absolute_data_path(cfg, log)
+    train_split, test_split = open_splits(cfg, need_train=not evaluate_only)
+    if evaluate_only:  # the run's config already holds the model's shape; the store must match it
+        check_data_matches(cfg, test_split or train_split, Path(cfg.run.dir))
+    else:
+        cfg = fill_from_meta(cfg, train_split)
     saved = saved_meta(cfg.run.dir)
     cfg = resume_dtype(cfg, saved, log)
     with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
@@ -137,11 +188,11 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
     if guard is not None:
         guard.micro_batch = micro
-    ctx = StepContext(micro_batch=micro, ignore_label_id=train_split.meta.ignore_label_id,
+    ctx = StepContext(micro_batch=micro, ignore_label_id=(train_split or test_split).meta.ignore_label_id,
                       device=device, autocast=plan.autocast())
     return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
-                   stream=SampleStream(train_split, cfg.run.seed), train_split=train_split,
-                   test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir)
+                   stream=SampleStream(train_split, cfg.run.seed) if train_split else None, train_split=train_split,
+                   test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir, scorer=scorer)
 
 
 def resume_micro_batch(planned: int, saved: dict, log: Log) -> int:
@@ -181,7 +232,7 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print) -> dict[str
     while True:
         size = s.eval_batch or int(s.plan.eval_batch.value)
         try:
-            return _evaluate(s, eval_batches(s.test_split, size, limit))
+            return _evaluate(s, eval_batches(s.test_split, size, limit), log)
         except (RuntimeError, MemoryError) as err:
             if not is_out_of_memory(err) or size <= 1:
                 raise
@@ -191,11 +242,15 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print) -> dict[str
                 f"evaluating again at {s.eval_batch}")
 
 
-def _evaluate(s: Session, batches) -> dict[str, float]:
+def _evaluate(s: Session, batches, log: Log = print) -> dict[str, float]:
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
-        return evaluate(s.model, batches, s.ctx, s.test_split.meta.blank_id)
+        scorer = s.scorer(s.test_split) if s.scorer is not None else None
+        result = evaluate(s.model, batches, s.ctx, s.test_split.meta.blank_id, scorer)
+        if hasattr(scorer, "save"):  # the task's answers, e.g. an ARC Prize submission
+            log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
+        return result
     finally:
         if s.opts.ema is not None:
             s.opts.ema.swap(s.model)
@@ -320,6 +375,7 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     with s.meter.phase("resume"):
         resumed = resume_if_possible(s, log)
     config_mod.save(cfg, run_dir / "config.yaml")
+    write_json(run_dir / DATA_META_FILE, data_identity(s.train_split))
     write_json(run_dir / "plan.json", s.plan.to_dict())
     loggers = monitor.make_loggers(run_dir, None, log)
     loggers.log_config(cfg.to_dict())
@@ -409,9 +465,10 @@ def memory_summary(s: Session, log: Log = print) -> dict:
     for name in ("train step", "eval"):
         if deficits.get(name, 0) > 2**20:
             c = checks[name]
-            log(f"memory: the plan's estimate of {name} was {c['error']:.0%} low ({c['estimate_gb']:.2f} GiB "
-                f"estimated, {c['peak_gb']:.2f} GiB measured)" + ("; the calibration cache learned it, the "
-                                                                  "next run plans for it" if learned else ""))
+            log(f"memory: {name} rose {deficits[name] / 2**20:.0f} MiB above both the plan's estimate "
+                f"({c['estimate_gb']:.2f} GiB) and what was resident when it began ({c['resident_at_start_gb']:.2f} "
+                f"GiB), to {c['peak_gb']:.2f} GiB" + ("; the calibration cache learned it, the next run plans for it"
+                                                      if learned else ""))
     return {"phases": report, "estimate_check": checks, "calibration_learned": learned}
 
 
@@ -419,12 +476,16 @@ def _out_of_time(cfg: Config, start: float) -> bool:
     return cfg.train.max_minutes > 0 and time.perf_counter() - start > 60 * cfg.train.max_minutes
 
 
+GENERIC_EVAL = ("cell_accuracy", "blank_accuracy", "exact_accuracy", "loss", "act_steps", "samples")
+
+
 def _fmt_eval(evals: dict) -> str:
     if not evals:
         return "no test split to evaluate"
-    return (f"cell_accuracy {evals['cell_accuracy']:.3f}, blank_accuracy {evals['blank_accuracy']:.3f}, "
-            f"exact_accuracy {evals['exact_accuracy']:.3f}, loss {evals['loss']:.3f}, "
-            f"act_steps {evals['act_steps']:.2f} (n={evals['samples']})")
+    shown = [f"{k} {evals[k]:.3f}" for k in GENERIC_EVAL[:4] if k in evals]
+    shown += [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in evals.items()
+              if k not in GENERIC_EVAL]  # the task's own metrics
+    return ", ".join(shown) + f", act_steps {evals['act_steps']:.2f} (n={evals['samples']})"
 
 
 WEIGHTS_FILE = "weights.safetensors"
