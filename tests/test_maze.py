@@ -9,7 +9,8 @@ import pytest
 
 from trmkit.data.store import Batch, open_store
 from trmkit.tasks import maze
-from trmkit.tasks.base import ImportReport, dihedral, dihedral_inverse
+from trmkit.data.imports import ImportReport
+from trmkit.tasks.base import dihedral, dihedral_inverse
 
 
 def _maze(n=15, seed=0, loops=0.1, min_path=None):

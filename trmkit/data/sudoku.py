@@ -31,14 +31,13 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from trmkit.data.imports import ImportReport, split_rows
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 
 SIZE = 81
 ALL_CANDIDATES = 0x1FF  # bits 0..8 = digits 1..9
 VOCAB = ("<pad>", ".", "1", "2", "3", "4", "5", "6", "7", "8", "9")
 PAD_ID, BLANK_ID = 0, 1
-MAX_MESSAGES = 20  # skipped-line messages kept per report ...
-MAX_MESSAGES_PER_REASON = 3  # ... and per reason, so every reason shows up
 
 Log = Callable[[str], None]
 
@@ -298,41 +297,6 @@ class SudokuPair:
     guesses: int | None  # solver hardness; None when the solver was not run
 
 
-@dataclass
-class ImportReport:
-    """What an importer or generator read, kept and skipped (and why)."""
-
-    source: str
-    lines: int = 0  # puzzle lines examined (comments and blank lines excluded)
-    accepted: int = 0
-    skipped_by_reason: dict[str, int] = field(default_factory=dict)
-    messages: list[str] = field(default_factory=list)  # first few per reason, "file:line: reason: detail"
-    seconds: float = 0.0
-
-    @property
-    def skipped(self) -> int:
-        return sum(self.skipped_by_reason.values())
-
-    def skip(self, where: str, error: PuzzleError) -> None:
-        """Count one bad line and keep its message if there is room."""
-        self.skipped_by_reason[error.reason] = self.skipped_by_reason.get(error.reason, 0) + 1
-        if len(self.messages) < MAX_MESSAGES and self.skipped_by_reason[error.reason] <= MAX_MESSAGES_PER_REASON:
-            self.messages.append(f"{where}: {error.reason}: {error.detail}")
-
-    def summary_lines(self) -> list[str]:
-        """Human-readable summary for a log."""
-        rate = self.lines / self.seconds if self.seconds > 0 else 0.0
-        out = [
-            f"{self.source}: {self.lines} puzzles read, {self.accepted} kept, {self.skipped} skipped "
-            f"({self.seconds:.1f} s, {rate:.0f} puzzles/s)"
-        ]
-        out += [f"  skipped {n} x {reason}" for reason, n in sorted(self.skipped_by_reason.items())]
-        out += [f"  {m}" for m in self.messages]
-        if self.skipped > len(self.messages):
-            out.append(f"  ... and {self.skipped - len(self.messages)} more skipped lines")
-        return out
-
-
 def check_pair(question: str, answer: str | None, origin: str, require_unique: bool = True) -> SudokuPair:
     """Parse and verify one puzzle (and its answer, if given); raise PuzzleError if unusable.
 
@@ -396,7 +360,7 @@ def _checked(
     try:
         pair = check_pair(question, answer, where, require_unique)
     except PuzzleError as e:
-        report.skip(where, e)
+        report.skip(where, e.reason, e.detail)
         pair = None
     else:
         report.accepted += 1
@@ -440,7 +404,7 @@ def read_csv(
                 continue
             if len(row) != len(header):
                 report.lines += 1
-                report.skip(where, PuzzleError("bad_row", f"expected {len(header)} fields, got {len(row)}"))
+                report.skip(where, "bad_row", f"expected {len(header)} fields, got {len(row)}")
                 continue
             pair = _checked(report, row[q].strip(), row[a].strip(), where, require_unique)
             if pair is not None:
@@ -667,7 +631,7 @@ def build_sudoku(
         hint = (" (every skipped puzzle has several solutions: pass --allow-multiple to label each "
                 "with the first solution found)" if set(report.skipped_by_reason) == {"multiple_solutions"} else "")
         raise ValueError(f"{report.source}: no usable puzzles ({report.skipped} skipped); nothing written{hint}")
-    test_rows, train_rows = _split_rows(len(puzzles), test_fraction, seed)
+    test_rows, train_rows = split_rows(len(puzzles), test_fraction, seed)
     splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
     if len(train_rows):  # test_fraction 1: a store for evaluation only
         splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
@@ -707,12 +671,12 @@ def _open_source_pairs(
     """The report to fill and the (lazy) stream of pairs for a build."""
     if str(source) == "generate":
         count = num_generate if limit is None else min(num_generate, limit)
-        report = ImportReport(source="generate")
+        report = ImportReport(source="generate", unit="puzzles")
         return report, generate_pairs(count, givens, seed, min_guesses, max_guesses, report)
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"puzzle file not found: {path} (give a file path or 'generate')")
-    report = ImportReport(source=str(path))
+    report = ImportReport(source=str(path), unit="puzzles")
     return report, read_puzzles(path, report, limit, require_unique)
 
 
@@ -733,15 +697,6 @@ def _collect(
         empty = np.zeros((0, SIZE), dtype=np.uint8)
         return empty, empty.copy()
     return np.stack(puzzles), np.stack(solutions)
-
-
-def _split_rows(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random (test, train) row indices, each kept in source order."""
-    n_test = int(round(n * test_fraction))
-    if 0 < test_fraction < 1 and n >= 2:
-        n_test = min(max(n_test, 1), n - 1)  # a non-empty test split when asked for one
-    order = np.random.default_rng([seed, 1]).permutation(n)
-    return np.sort(order[:n_test]), np.sort(order[n_test:])
 
 
 def _split_arrays(puzzles: np.ndarray, solutions: np.ndarray, aug: int, seed: int) -> SplitArrays:

@@ -83,7 +83,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from trmkit.data.store import Batch, Split, SplitArrays, check_output_dir, write_store
-from trmkit.tasks.base import ImportReport, Log, Task, dihedral, dihedral_inverse
+from trmkit.data.imports import ImportReport
+from trmkit.tasks.base import Log, Task, dihedral, dihedral_inverse
 
 SIDE = 30  # the largest ARC grid, and the canvas
 VOCAB = ("<pad>", "<eos>", *(str(c) for c in range(10)))

@@ -44,7 +44,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from trmkit.data.store import Batch, Split, SplitArrays, check_output_dir, write_store
-from trmkit.tasks.base import ImportReport, Task, dihedral, split_rows
+from trmkit.data.imports import ImportReport, split_rows
+from trmkit.tasks.base import Task, dihedral
 
 CHARS = "# SGo"
 VOCAB = ("<pad>", "#", " ", "S", "G", "o")
@@ -280,7 +281,7 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     if not 0 <= aug <= 7:
         raise ValueError(f"--aug must be 0..7 (the square has 8 symmetries, the identity included), got {aug}")
     check_output_dir(out_dir)
-    report = ImportReport(source=str(source))
+    report = ImportReport(source=str(source), unit="mazes")
     if source == "generate":
         if size < 3:
             raise ValueError(f"--size must be >= 3, got {size}")

@@ -49,8 +49,8 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     for batch in batches:
         part, preds, q_halt = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
-        if scorer is not None:
-            scorer.add(batch, preds, q_halt)
+        if scorer is not None:  # host copies only for a task that reads them
+            scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy())
     model.train(was_training)
     n = max(1, totals["n"])
     generic = {
@@ -68,7 +68,7 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
 
 
 def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
-                ) -> tuple[dict, np.ndarray, np.ndarray]:
+                ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
@@ -94,7 +94,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         "steps": float(first_halt.float().sum()),
         "n": int(inputs.shape[0]),
     }
-    return part, pred.cpu().numpy(), q.float().cpu().numpy()
+    return part, pred, q
 
 
 def _accumulate(totals: dict, part: dict) -> None:
