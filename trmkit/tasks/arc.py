@@ -426,7 +426,7 @@ def build(source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
     _check_options(aug, limit, test_fraction)
     check_output_dir(out_dir)
     trained = [s for s in dict.fromkeys(subsets) if s != eval_subset]  # the eval subset's demos train anyway
-    report = ImportReport(source=str(source))
+    report = ImportReport(source=str(source), unit="tasks")
     train_tasks = drop_repeats([t for s in trained for t in read_subset(Path(source), s, report, limit)], report)
     eval_tasks = read_subset(Path(source), eval_subset, report, limit)
     for line in report.summary_lines():
