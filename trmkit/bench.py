@@ -122,7 +122,8 @@ def flops_per_sample(cfg: ModelConfig) -> FlopCount:
     per_call = cfg.L_layers * layer_flops(cfg)
     per_cycle = cfg.L_cycles + 1
     no_grad, grad = (cfg.H_cycles - 1) * per_cycle, per_cycle
-    heads = 2 * cfg.seq_len * cfg.hidden_size * cfg.vocab_size + 2 * cfg.hidden_size * 2
+    positions, width = (1, cfg.num_classes) if cfg.num_classes else (cfg.seq_len, cfg.vocab_size)
+    heads = 2 * positions * cfg.hidden_size * width + 2 * cfg.hidden_size * 2
     total = per_call * (no_grad + 3 * grad) + 3 * heads
     return FlopCount(per_call=per_call, calls_no_grad=no_grad, calls_grad=grad, heads=heads, total=total)
 
@@ -212,15 +213,19 @@ def gemm_ceiling(gemms: list[Gemm], dtype: torch.dtype, seconds: float = 0.3) ->
 class SyntheticStream:
     """Random samples shaped like the dataset: tokens in [1, V), labels in [1, V)."""
 
-    def __init__(self, vocab_size: int, seq_len: int, num_puzzle_ids: int, seed: int):
+    def __init__(self, vocab_size: int, seq_len: int, num_puzzle_ids: int, seed: int, num_classes: int = 0):
         self.vocab_size, self.seq_len, self.num_ids = vocab_size, seq_len, num_puzzle_ids
+        self.num_classes = num_classes  # a classifier's labels are class ids in [0, C)
         self.rng = np.random.default_rng(seed)
 
     def take(self, k: int) -> Batch:
         high = max(2, self.vocab_size)
         token = np.uint8 if high <= 256 else np.int64  # as the store keeps them
+        labels = self.rng.integers(1, high, (k, self.seq_len))
+        if self.num_classes:
+            labels %= self.num_classes
         return Batch(inputs=self.rng.integers(1, high, (k, self.seq_len)).astype(token),  # (k, L)
-                     labels=self.rng.integers(1, high, (k, self.seq_len)).astype(token),  # (k, L)
+                     labels=labels.astype(token),  # (k, L)
                      puzzle_ids=self.rng.integers(0, self.num_ids, (k,)))  # (k,)
 
 
@@ -244,7 +249,7 @@ def resolve(cfg: Config) -> tuple[Config, Any, int]:
     if m.vocab_size < 1 or m.seq_len < 1 or m.num_puzzle_ids < 1:
         raise ConfigError("trmkit bench needs data.path=DIR or model.vocab_size, model.seq_len and "
                           "model.num_puzzle_ids (e.g. 11, 81, 1 for Sudoku) for synthetic samples")
-    return cfg, SyntheticStream(m.vocab_size, m.seq_len, m.num_puzzle_ids, cfg.run.seed), 0
+    return cfg, SyntheticStream(m.vocab_size, m.seq_len, m.num_puzzle_ids, cfg.run.seed, m.num_classes), -1
 
 
 def autocast_for(dtype: str) -> Callable[[], contextlib.AbstractContextManager]:

@@ -25,8 +25,8 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 
     sub = p.add_subparsers(dest="task", required=True)
     for name, task in tasks.all_tasks().items():
-        if task.shape != "grid":
-            continue  # classification and policy tasks bring their own commands
+        if task.shape == "policy":
+            continue  # a policy task has no fixed store: it brings its own commands
         s = sub.add_parser(name, help=task.summary, description=task.summary)
         s.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
         s.add_argument("--test-fraction", type=float, default=0.1,
@@ -129,6 +129,18 @@ def _run_eval(args: argparse.Namespace) -> int:
     result["memory"] = memory
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _add_email(p: argparse.ArgumentParser) -> None:
+    from trmkit.email import commands
+
+    commands.add_arguments(p)
+
+
+def _run_email(args: argparse.Namespace) -> int:
+    from trmkit.email import commands
+
+    return commands.run(args)
 
 
 def _add_report(p: argparse.ArgumentParser) -> None:
@@ -278,6 +290,7 @@ COMMANDS = {
     "data": ("build a data store", _add_data, _run_data),
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
+    "email": ("classify e-mail with a trained run: predict, export, serve, baseline", _add_email, _run_email),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),
     "hw": ("probe this machine: cores, ISA, memory limits, torch build", _add_hw, _run_hw),

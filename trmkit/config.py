@@ -42,6 +42,8 @@ class ModelConfig:
     vocab_size: int = 0  # filled from the dataset's meta.json
     seq_len: int = 0  # filled from the dataset's meta.json
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
+    num_classes: int = 0  # a classify task's classes, from meta.json: one label per example, read from the
+    #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
 
     def __post_init__(self) -> None:
         if self.mixer not in ("mlp_t", "attention"):
@@ -62,6 +64,9 @@ class ModelConfig:
                               f"hidden_size = {self.puzzle_emb_len * self.hidden_size}] (0 = all of them)")
         if not 0.0 <= self.halt_exploration_prob <= 1.0:
             raise ConfigError("model.halt_exploration_prob must be in [0, 1]")
+        if self.num_classes < 0 or self.num_classes == 1:
+            raise ConfigError(f"model.num_classes={self.num_classes}: a classifier needs at least 2 classes "
+                              "(0 = a grid task's token head)")
 
 
 @dataclass
@@ -97,6 +102,9 @@ class TrainConfig:
     checkpoint_minutes: float = 10.0  # and every M minutes of wall time (0 = off)
     keep_checkpoints: int = 3  # rotation keeps the last K (plus the best)
     best_metric: str = "exact_accuracy"  # eval metric that marks the best checkpoint
+    class_weighting: str = "none"  # "none" or "balanced": each label's loss weighted by N / (K * count)
+    restore_best: bool = False  # end with the weights of the best evaluation (needs a validation split)
+    early_stop_evals: int = 0  # stop after this many evaluations without a better best_metric (0 = never)
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):
@@ -110,6 +118,10 @@ class TrainConfig:
             )
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError("train.ema_decay must be in [0, 1)")
+        if self.class_weighting not in ("none", "balanced"):
+            raise ConfigError(f"train.class_weighting={self.class_weighting!r}: use 'none' or 'balanced'")
+        if self.early_stop_evals < 0:
+            raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
 
 
 SWITCH = ("auto", "on", "off")

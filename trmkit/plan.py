@@ -275,6 +275,11 @@ def seq_total(m: ModelConfig) -> int:
     return m.puzzle_emb_len + m.seq_len
 
 
+def output_shape(m: ModelConfig) -> tuple[int, int]:
+    """(positions, width) of the logits: (L, V) for a grid task, (1, C) for a classifier."""
+    return (1, m.num_classes) if m.num_classes else (m.seq_len, m.vocab_size)
+
+
 def count_parameters(m: ModelConfig) -> int:
     """Trainable parameters of TRM(m) (the puzzle-embedding buffer excluded)."""
     S, D = seq_total(m), m.hidden_size
@@ -284,7 +289,8 @@ def count_parameters(m: ModelConfig) -> int:
         mix = 3 * S * swiglu_width(S, m.expansion)
     else:
         mix = 4 * D * D  # qkv + out
-    return m.vocab_size * D + m.L_layers * (mix + mlp) + D * m.vocab_size + 2 * D + 2
+    head = D * m.num_classes + m.num_classes if m.num_classes else D * m.vocab_size
+    return m.vocab_size * D + m.L_layers * (mix + mlp) + head + 2 * D + 2
 
 
 def block_saved_bytes(m: ModelConfig, elem: int) -> int:
@@ -320,7 +326,8 @@ def micro_slot_bytes(m: ModelConfig, elem: int, grad_checkpointing: bool, backwa
         unit = net_call_bytes(m, elem)
         saved = calls * unit
     working = backward_calls * unit  # gradients of one recomputed unit's activations, being built
-    loss = m.seq_len * m.vocab_size * (elem + 6 * 8)  # logits, then float64 stable-max tensors
+    positions, width = output_shape(m)
+    loss = positions * width * (elem + 6 * 8)  # logits, then float64 stable-max tensors
     states = 4 * S * D * 4  # x, z_H + x, the step's outputs z_H and z_L
     return int(saved + working) + loss + states
 
@@ -330,7 +337,8 @@ def carry_slot_bytes(m: ModelConfig) -> int:
     S, D = seq_total(m), m.hidden_size
     carry = 2 * S * D * 4  # z_H, z_L (float32), updated in place micro-batch by micro-batch
     puzzle_rows = 2 * (m.puzzle_emb_dim or m.puzzle_emb_len * D) * 4  # rows in use and their gradients
-    data = m.seq_len * (1 + 8) + 8 + 4 + 1 + 2 * 4  # inputs uint8, labels int64, id, steps, halted, draws
+    token = 1 if m.vocab_size <= 256 else 4  # inputs uint8, or int32 for a tokenizer's vocabulary
+    data = m.seq_len * (token + 8) + 8 + 4 + 1 + 2 * 4  # inputs, labels int64, id, steps, halted, draws
     return carry + puzzle_rows + data
 
 
@@ -358,7 +366,8 @@ def eval_slot_bytes(m: ModelConfig, elem: int) -> int:
     S, D = seq_total(m), m.hidden_size
     widest = max(4 * S * swiglu_width(D, m.expansion),
                  4 * D * swiglu_width(S, m.expansion) if m.mixer == "mlp_t" else 7 * S * D)
-    return 6 * S * D * 4 + widest * elem + m.seq_len * m.vocab_size * 6 * 8
+    positions, width = output_shape(m)
+    return 6 * S * D * 4 + widest * elem + positions * width * 6 * 8
 
 
 def estimate_memory(m: ModelConfig, batch_size: int, micro_batch: int, *, dtype: str = "float32",
@@ -526,8 +535,9 @@ def _replica_step(model: Any, batch: int, micro_batch: int, autocast: Any, steps
     adam = torch.optim.AdamW(params, lr=1e-4, foreach=False)
     ema = [p.detach().clone() for p in params]
     gen = torch.Generator().manual_seed(0)
-    inputs = torch.randint(1, m.vocab_size, (batch, m.seq_len), generator=gen).to(torch.uint8)
-    labels, ids = inputs.long(), torch.zeros(batch, dtype=torch.int64)
+    inputs = torch.randint(1, m.vocab_size, (batch, m.seq_len), generator=gen)
+    labels, ids = inputs % max(1, m.num_classes) if m.num_classes else inputs, torch.zeros(batch, dtype=torch.int64)
+    inputs = inputs.to(torch.uint8 if m.vocab_size <= 256 else torch.int32)
     carry = model.initial_carry(batch)
     for _ in range(steps):
         carry = model.reset(carry)

@@ -104,11 +104,12 @@ class StoreMeta:
     dtypes: dict[str, str]
     source: str
     build: dict[str, Any] = field(default_factory=dict)
+    classes: tuple[str, ...] = ()  # a classify task's class names; its label ids index them
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        names = [f for f in cls.__dataclass_fields__ if f != "build"]
+        names = [f for f in cls.__dataclass_fields__ if f not in ("build", "classes")]
         missing = [k for k in names if k not in data]
         if missing:
             raise StoreError(f"{where}: missing key(s) {missing}; {_REBUILD_HINT}")
@@ -119,7 +120,8 @@ class StoreMeta:
         kwargs = {k: data[k] for k in names}
         kwargs["vocab"] = tuple(str(v) for v in data["vocab"])
         kwargs["dtypes"] = {str(k): str(v) for k, v in data["dtypes"].items()}
-        meta = cls(**kwargs, build=dict(data.get("build", {})))
+        meta = cls(**kwargs, build=dict(data.get("build", {})),
+                   classes=tuple(str(c) for c in data.get("classes", ())))
         if len(meta.vocab) != meta.vocab_size:
             raise StoreError(f"{where}: vocab has {len(meta.vocab)} entries but vocab_size={meta.vocab_size}")
         return meta
@@ -128,6 +130,10 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
+        if self.classes:
+            data["classes"] = list(self.classes)
+        else:
+            del data["classes"]
         return data
 
     def decode(self, tokens: Sequence[int] | np.ndarray) -> list[str]:

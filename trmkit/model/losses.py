@@ -5,6 +5,11 @@ stable-max (Prieto et al., 2025, "Grokking at the edge of numerical stability"):
 computed in float64 as in the TRM reference. Token losses are averaged over a
 sample's valid cells, summed over samples; the caller divides by the global
 batch size so that micro-batching gives the same gradient.
+
+A head with fewer positions than the labels (a classifier: logits (B, 1, C)) is
+scored on the first positions; a classify store labels position 0 only.
+Optional label weights (train.class_weighting) scale each cell's loss by its
+label's weight, so a rare class counts as much as a common one.
 """
 
 from __future__ import annotations
@@ -26,26 +31,32 @@ def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.log(s / s.sum(dim=dim, keepdim=True))
 
 
-def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per-cell loss (B, L); cells labelled IGNORE get 0."""
+def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
+                            weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-cell loss (B, L); cells labelled IGNORE get 0; weights (V,) scale each label's cells."""
     logp = log_stablemax(logits.to(torch.float64), dim=-1)  # (B, L, V)
     valid = labels != IGNORE
     safe = torch.where(valid, labels, 0).long()
     picked = torch.gather(logp, -1, safe.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    if weights is not None:
+        picked = picked * weights.to(picked.dtype)[safe]
     return torch.where(valid, -picked, torch.zeros_like(picked))
 
 
 def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
-             halt_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+             halt_weight: float, weights: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Summed (not averaged) loss over the batch and per-sample statistics.
 
-    labels: (B, L) with IGNORE for cells that carry no label.
+    labels: (B, L) with IGNORE for cells that carry no label; only the first
+    logits.shape[1] positions are scored. weights: (V,) per-label loss weights or None.
     Returns (loss_sum, stats) where stats hold per-sample tensors (no grad):
     correct cells, valid cells, exact (all valid cells right).
     """
+    labels = labels[:, :logits.shape[1]]
     valid = labels != IGNORE
     counts = valid.sum(-1).clamp_min(1)  # (B,)
-    token = stablemax_cross_entropy(logits, labels).sum(-1) / counts  # (B,)
+    token = stablemax_cross_entropy(logits, labels, weights).sum(-1) / counts  # (B,)
     with torch.no_grad():
         right = (logits.argmax(-1) == labels) & valid
         n_right = right.sum(-1)

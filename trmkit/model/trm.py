@@ -6,6 +6,9 @@ One supervision step (paper, Fig. 3):
         repeat n times: z_L <- net(z_L, z_H + x)
         z_H <- net(z_H, z_L)
     y_hat = lm_head(z_H), q_halt = q_head(z_H[:, 0])
+A classifier (model.num_classes > 0, e.g. e-mail) reads one label per example
+instead: y_hat = class_head(mean of z_H over the token positions), (B, 1, C);
+the recursion, deep supervision and halting are the same.
 The carried state (z_H, z_L) is detached between supervision steps. Training
 runs up to N_sup supervision steps per sample; a sample halts when q_halt > 0
 (or at N_sup), and with probability `halt_exploration_prob` a random minimum
@@ -92,8 +95,13 @@ class TRM(nn.Module):
         self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, puzzle_width(cfg)) if P > 0 else None
         self.net = Network(D, self.seq_total, cfg.L_layers, cfg.mixer, cfg.num_heads,
                            cfg.expansion, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
-        nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
+        if cfg.num_classes:  # a classifier: one label per example, no per-token head
+            self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
+            nn.init.trunc_normal_(self.class_head.weight, std=std, a=-2 * std, b=2 * std)
+            nn.init.zeros_(self.class_head.bias)
+        else:
+            self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
+            nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
         self.q_head = nn.Linear(D, 2, bias=True)
         with torch.no_grad():  # start by never halting early (paper: bias -5)
             self.q_head.weight.zero_()
@@ -161,16 +169,24 @@ class TRM(nn.Module):
         z_H = self._net(z_H, z_L, rope)  # (B, S, D)
         return z_H, z_L
 
+    def output(self, z_H: torch.Tensor) -> torch.Tensor:
+        """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
+        the mean over the token positions (every position has seen the whole message through the mixer)."""
+        tokens = z_H[:, self.cfg.puzzle_emb_len:]
+        if self.cfg.num_classes:
+            return self.class_head(tokens.mean(dim=1)).unsqueeze(1)
+        return self.lm_head(tokens)
+
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor):
-        """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V), q_halt (B,)."""
+        """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,)."""
         x = self.embed(inputs, puzzle_ids)
         rope = self._rope()
         with torch.no_grad():
             for _ in range(self.cfg.H_cycles - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
         z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
-        logits = self.lm_head(z_H[:, self.cfg.puzzle_emb_len:])  # (B, L, V)
+        logits = self.output(z_H)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.q_head(z_H[:, 0]).float()[:, 0]  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 

@@ -10,7 +10,7 @@ import importlib
 
 from trmkit.tasks.base import Task
 
-_BUILT_IN = ("sudoku", "maze", "arc")
+_BUILT_IN = ("sudoku", "maze", "arc", "email")
 TASKS: dict[str, Task] = {}
 
 

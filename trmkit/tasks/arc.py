@@ -84,7 +84,7 @@ import numpy as np
 
 from trmkit.data.store import Batch, Split, SplitArrays, check_output_dir, write_store
 from trmkit.data.imports import ImportReport
-from trmkit.tasks.base import Log, Task, dihedral, dihedral_inverse
+from trmkit.tasks.base import Log, Task, dihedral, dihedral_inverse, write_json_atomic
 
 SIDE = 30  # the largest ARC grid, and the canvas
 VOCAB = ("<pad>", "<eos>", *(str(c) for c in range(10)))
@@ -566,18 +566,7 @@ def submission(scorer: ArcScorer) -> dict[str, list[dict[str, list[list[int]]]]]
 
 def write_submission(sub: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write a submission as JSON atomically: a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(sub, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_json_atomic(path, sub)
 
 
 # ---------------------------------------------------------------- the task

@@ -8,14 +8,17 @@ store's ``meta.json`` "task" key and hands its scorer to the trainer.
 
 Shapes (docs/tasks.md):
 - "grid": per-position outputs, exact-match metrics (Sudoku, Maze, ARC);
-- "classify": one label per example, F1 metrics (e-mail; not built yet);
+- "classify": one label per example, F1 metrics and calibration (e-mail: tasks/email.py, tasks/classify.py);
 - "policy": rollouts and rewards, no fixed labels (self-play RL; not built yet).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -55,3 +58,20 @@ def dihedral_inverse(grid: np.ndarray, k: int) -> np.ndarray:
     if k >= 4:
         return np.ascontiguousarray(np.rot90(grid.T, -(k % 4)))
     return np.ascontiguousarray(np.rot90(grid, -k))
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write JSON to a temporary file in the same folder, fsync, then rename over `path`
+    (a task's answers: ARC's submission.json, a classifier's classification.json)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

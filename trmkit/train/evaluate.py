@@ -37,6 +37,8 @@ class Scorer(Protocol):
         """Metrics to merge into the evaluation's (names must not clash with the generic ones)."""
 
     # Optional: save(run_dir) -> Path writes the task's answers (ARC: submission.json) after evaluation.
+    # Optional: needs_logits = True: add() also gets logits=(b, positions, classes) as float32 numpy
+    # (a classifier's calibration needs its scores, not just the argmax).
 
 
 @torch.no_grad()
@@ -47,10 +49,11 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     model.eval()
     totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
     for batch in batches:
-        part, preds, q_halt = _eval_batch(model, batch, ctx, blank_id)
+        part, preds, q_halt, logits = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
         if scorer is not None:  # host copies only for a task that reads them
-            scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy())
+            extra = {"logits": logits.float().cpu().numpy()} if getattr(scorer, "needs_logits", False) else {}
+            scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy(), **extra)
     model.train(was_training)
     n = max(1, totals["n"])
     generic = {
@@ -68,7 +71,7 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
 
 
 def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
-                ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+                ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor]:
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
@@ -82,6 +85,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         newly = (q > 0) & (first_halt == n_sup) & (step < n_sup)
         first_halt = torch.where(newly, torch.full_like(first_halt, step), first_halt)
     loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
+    labels = labels[:, :logits.shape[1]]  # a classifier scores position 0 only
     pred = logits.argmax(-1)
     blank = (inputs == blank_id) & (labels >= 0) if blank_id is not None else torch.zeros_like(labels, dtype=torch.bool)
     part = {
@@ -94,7 +98,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         "steps": float(first_halt.float().sum()),
         "n": int(inputs.shape[0]),
     }
-    return part, pred, q
+    return part, pred, q, logits
 
 
 def _accumulate(totals: dict, part: dict) -> None:

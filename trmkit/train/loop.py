@@ -49,11 +49,13 @@ class Session:
     train_split: Split | None
     test_split: Split | None
     ctx: StepContext
+    val_split: Split | None = None  # a store's validation split: periodic evaluations and the best use it
     guard: MemoryGuard | None = None
     meter: PeakMeter = field(default_factory=PeakMeter)  # the process's peak RSS, per phase
     cache_dir: Path | None = None  # where the plan's measurements are cached (and learn from this run)
     eval_batch: int = 0  # evaluation slots per forward once an allocation failed (0: the plan's)
     scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
+    best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
 
 
 def open_splits(cfg: Config, need_train: bool = True) -> tuple[Split | None, Split | None]:
@@ -75,7 +77,29 @@ def open_splits(cfg: Config, need_train: bool = True) -> tuple[Split | None, Spl
 def fill_from_meta(cfg: Config, split: Split) -> Config:
     meta = split.meta
     return config_mod.replace(cfg, "model", vocab_size=meta.vocab_size, seq_len=meta.seq_len,
-                              num_puzzle_ids=meta.num_puzzle_identifiers)
+                              num_puzzle_ids=meta.num_puzzle_identifiers, num_classes=len(meta.classes))
+
+
+def open_val_split(cfg: Config) -> Split | None:
+    """DIR/val when the store has one (a classify store does): it picks the best evaluation."""
+    path = Path(cfg.data.path) / "val"
+    return open_split(path) if path.is_dir() else None
+
+
+def label_weights(cfg: Config, split: Split, log: Log) -> torch.Tensor | None:
+    """train.class_weighting=balanced: weight N / (K * count) per label seen in training, as
+    scikit-learn's class_weight="balanced", so every class carries the same total loss."""
+    if cfg.train.class_weighting != "balanced":
+        return None
+    labels = np.asarray(split.labels)
+    counts = np.bincount(labels[labels != split.meta.ignore_label_id].ravel(), minlength=split.meta.vocab_size)
+    seen = counts > 0
+    weights = np.zeros(len(counts))
+    weights[seen] = counts[seen].sum() / (seen.sum() * counts[seen])
+    names = split.meta.classes or split.meta.vocab
+    shown = ", ".join(f"{names[i]} {weights[i]:.2f}" for i in np.flatnonzero(seen)[:12])
+    log(f"train: class_weighting=balanced -> loss weights {shown} (N / (K * count) over {int(counts.sum())} labels)")
+    return torch.tensor(weights, dtype=torch.float32)
 
 
 DATA_META_FILE = "data_meta.json"  # the training store's task, vocabulary and shape, kept with the run
@@ -188,11 +212,14 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
     if guard is not None:
         guard.micro_batch = micro
+    weights = label_weights(cfg, train_split, log) if train_split is not None else None
     ctx = StepContext(micro_batch=micro, ignore_label_id=(train_split or test_split).meta.ignore_label_id,
-                      device=device, autocast=plan.autocast())
+                      device=device, autocast=plan.autocast(),
+                      label_weights=weights.to(device) if weights is not None else None)
     return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
                    stream=SampleStream(train_split, cfg.run.seed) if train_split else None, train_split=train_split,
-                   test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir, scorer=scorer)
+                   test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir, scorer=scorer,
+                   val_split=None if evaluate_only else open_val_split(cfg))
 
 
 def resume_micro_batch(planned: int, saved: dict, log: Log) -> int:
@@ -223,16 +250,18 @@ def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log, meter: PeakM
     return guard
 
 
-def run_eval(s: Session, limit: int | None = None, log: Log = print) -> dict[str, float]:
-    """Evaluate on the test split with the EMA weights (when EMA is on). An allocation that fails
-    halves the evaluation batch (kept for later evaluations) and evaluates again."""
-    if s.test_split is None:
+def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Split | None = None
+             ) -> dict[str, float]:
+    """Evaluate on the test split (or `split`) with the EMA weights (when EMA is on). An allocation
+    that fails halves the evaluation batch (kept for later evaluations) and evaluates again."""
+    split = split or s.test_split
+    if split is None:
         return {}
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
     while True:
         size = s.eval_batch or int(s.plan.eval_batch.value)
         try:
-            return _evaluate(s, eval_batches(s.test_split, size, limit), log)
+            return _evaluate(s, eval_batches(split, size, limit), log, split)
         except (RuntimeError, MemoryError) as err:
             if not is_out_of_memory(err) or size <= 1:
                 raise
@@ -242,12 +271,13 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print) -> dict[str
                 f"evaluating again at {s.eval_batch}")
 
 
-def _evaluate(s: Session, batches, log: Log = print) -> dict[str, float]:
+def _evaluate(s: Session, batches, log: Log = print, split: Split | None = None) -> dict[str, float]:
+    split = split or s.test_split
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
-        scorer = s.scorer(s.test_split) if s.scorer is not None else None
-        result = evaluate(s.model, batches, s.ctx, s.test_split.meta.blank_id, scorer)
+        scorer = s.scorer(split) if s.scorer is not None else None
+        result = evaluate(s.model, batches, s.ctx, split.meta.blank_id, scorer)
         if hasattr(scorer, "save"):  # the task's answers, e.g. an ARC Prize submission
             log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
         return result
@@ -264,7 +294,8 @@ def write_json(path: Path, data: dict) -> None:
 
 RESUME_IGNORE = ("run", "train.max_steps", "train.max_minutes", "train.eval_every", "train.log_every",
                  "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoints",
-                 "data.eval_limit", "data.path", "train.micro_batch")
+                 "data.eval_limit", "data.path", "train.micro_batch", "train.restore_best",
+                 "train.early_stop_evals")
 
 
 def resume_if_possible(s: Session, log: Log = print) -> int | None:
@@ -273,13 +304,14 @@ def resume_if_possible(s: Session, log: Log = print) -> int | None:
     if ckpt is None:
         return None
     state_mod.restore(s.model, s.opts, s.state, s.stream, ckpt.tensors, ckpt.meta)
+    s.best.update(ckpt.meta.get("best") or {})
     log(f"resumed from {ckpt.path} (step {s.state.step})")
     return s.state.step
 
 
 def save_state(s: Session, metrics: dict, log: Log = print) -> Path:
     tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.stream)
-    meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s))
+    meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s), best=dict(s.best))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
                                       keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log)
@@ -321,14 +353,59 @@ def _timed_save(s: Session, clock: Clock, metrics: dict, log: Log) -> None:
     clock.last_ckpt = time.perf_counter()
 
 
-def _timed_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
+def _timed_eval(s: Session, clock: Clock, loggers, log: Log, split: Split | None = None,
+                prefix: str = "eval") -> dict:
     t0 = time.perf_counter()
     with s.meter.phase("eval"):
-        evals = run_eval(s, log=log)
+        evals = run_eval(s, log=log, split=split)
     clock.eval_seconds += time.perf_counter() - t0
     if evals:
-        loggers.log(s.state.step, {f"eval/{k}": v for k, v in evals.items()})
+        loggers.log(s.state.step, {f"{prefix}/{k}": v for k, v in evals.items()})
     return evals
+
+
+def _periodic_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
+    """Evaluate on the validation split when the store has one (the test split stays unseen until
+    the end), else on the test split; track the best by train.best_metric."""
+    split, prefix = (s.val_split, "val") if s.val_split is not None else (None, "eval")
+    evals = _timed_eval(s, clock, loggers, log, split, prefix)
+    value = evals.get(s.cfg.train.best_metric)
+    if value is not None:
+        if s.best["value"] is None or value > s.best["value"]:
+            s.best.update(value=float(value), step=s.state.step, evals_since=0)
+        else:
+            s.best["evals_since"] += 1
+    return evals
+
+
+def _early_stop(s: Session, log: Log) -> bool:
+    patience = s.cfg.train.early_stop_evals
+    if patience and s.best["evals_since"] >= patience:
+        log(f"early stop: {s.cfg.train.best_metric} has not improved on {s.best['value']:.4f} (step "
+            f"{s.best['step']}) for {patience} evaluations (train.early_stop_evals={patience})")
+        return True
+    return False
+
+
+def restore_best(s: Session, log: Log) -> None:
+    """train.restore_best: load the evaluation weights of the best checkpoint (by best.json)."""
+    if not s.cfg.train.restore_best or s.best["step"] in (None, s.state.step):
+        return
+    if s.val_split is None:  # the best by the test split would report a number chosen on it
+        log("restore_best: the store has no val/ split, so the best was judged on test; keeping the last "
+            "weights (build the store with a validation share)")
+        return
+    path = checkpoint.best_checkpoint(s.cfg.run.dir)
+    if path is None or checkpoint._step_of(path) != s.best["step"]:
+        log(f"restore_best: no checkpoint of the best step {s.best['step']} is left; keeping the last weights")
+        return
+    tensors = checkpoint.load_checkpoint(path).tensors
+    s.model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    if s.opts.ema is not None:
+        for k in s.opts.ema.shadow:
+            s.opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
+    log(f"restore_best: weights of step {s.best['step']} ({s.cfg.train.best_metric} "
+        f"{s.best['value']:.4f} on val) from {path}")
 
 
 def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: Log) -> dict:
@@ -390,12 +467,19 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
             step = s.state.step
             if stop.requested:
                 break
+            stop_early = False
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.max_steps:
-                evals = _timed_eval(s, clock, loggers, log)
+                evals = _periodic_eval(s, clock, loggers, log)
                 progress.close()
-                log(f"eval @ step {step}: " + _fmt_eval(evals))
-            if _checkpoint_due(cfg, step, clock):
+                log(f"{'val' if s.val_split is not None else 'eval'} @ step {step}: " + _fmt_eval(evals))
+                stop_early = _early_stop(s, log)
+                if s.best["step"] == step and cfg.train.restore_best:
+                    _timed_save(s, clock, evals, log)  # the best's weights stay on disk to restore
+                    continue
+            if _checkpoint_due(cfg, step, clock) or stop_early:
                 _timed_save(s, clock, evals, log)
+            if stop_early:
+                break
         progress.close()
         if stop.requested:
             _timed_save(s, clock, evals, log)
@@ -403,8 +487,16 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
             log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: "
                 f"trmkit train --resume {run_dir}")
             return {"stopped": stop.signal_name, "steps": s.state.step}
+        if cfg.train.restore_best:  # the state to resume from is the last step's, not the best's
+            if s.val_split is not None and s.best["step"] != s.state.step:
+                evals = _periodic_eval(s, clock, loggers, log)
+            _timed_save(s, clock, evals, log)
+            restore_best(s, log)
+        if s.val_split is not None:  # e.g. a classifier's calibration is fitted on it before the test
+            _timed_eval(s, clock, loggers, log, s.val_split, "val")
         evals = _timed_eval(s, clock, loggers, log) or evals
-        _timed_save(s, clock, evals, log)
+        if not cfg.train.restore_best:
+            _timed_save(s, clock, evals, log)
     loggers.close()
     with s.meter.phase("save"):
         save_weights(s, run_dir)
@@ -484,7 +576,7 @@ def _fmt_eval(evals: dict) -> str:
         return "no test split to evaluate"
     shown = [f"{k} {evals[k]:.3f}" for k in GENERIC_EVAL[:4] if k in evals]
     shown += [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in evals.items()
-              if k not in GENERIC_EVAL]  # the task's own metrics
+              if k not in GENERIC_EVAL and "/" not in k]  # the task's own (per-class ones in the summary)
     return ", ".join(shown) + f", act_steps {evals['act_steps']:.2f} (n={evals['samples']})"
 
 

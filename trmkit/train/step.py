@@ -58,6 +58,7 @@ class StepContext:
     ignore_label_id: int
     device: torch.device
     autocast: Autocast = field(default=contextlib.nullcontext)
+    label_weights: torch.Tensor | None = None  # (V,) per-label loss weights (train.class_weighting)
 
 
 def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.Tensor:
@@ -65,11 +66,16 @@ def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.
     return torch.where(t == ignore_label_id, torch.full_like(t, IGNORE), t)
 
 
+def input_dtype(vocab_size: int) -> torch.dtype:
+    """uint8 for puzzle vocabularies (1 byte per token in the carry), int32 for a tokenizer's."""
+    return torch.uint8 if vocab_size <= 256 else torch.int32
+
+
 def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
     """All slots start halted, so the first step fills each one."""
     return TrainState(
         carry=model.initial_carry(batch_size, device),
-        inputs=torch.zeros(batch_size, seq_len, dtype=torch.uint8, device=device),
+        inputs=torch.zeros(batch_size, seq_len, dtype=input_dtype(model.cfg.vocab_size), device=device),
         labels=torch.full((batch_size, seq_len), IGNORE, dtype=torch.int64, device=device),
         puzzle_ids=torch.zeros(batch_size, dtype=torch.int64, device=device),
     )
@@ -92,7 +98,7 @@ def refill(model: TRM, state: TrainState, stream: SampleSource, ctx: StepContext
 def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Uniforms and random minimum step counts for the whole batch, drawn once."""
     u = torch.rand(batch)
-    min_steps = torch.randint(2, cfg.halt_max_steps + 1, (batch,), dtype=torch.int32)
+    min_steps = torch.randint(2, max(2, cfg.halt_max_steps) + 1, (batch,), dtype=torch.int32)  # N_sup=1: unused
     return u.to(device), min_steps.to(device)
 
 
@@ -156,7 +162,7 @@ def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, mi
     carry, B = state.carry, state.carry.steps.shape[0]
     with ctx.autocast():
         zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-    loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight)
+    loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights)
     (loss / B).backward()
     carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])

@@ -1,0 +1,295 @@
+"""A trained e-mail classifier as one folder: export, load, predict.
+
+    BUNDLE/
+      model.safetensors   evaluation weights (EMA) and buffers
+      config.json         the model config, seq_len, tail, pad id, the store's build settings
+      tokenizer.json      the `tokenizers` tokenizer trained on the training split
+      labels.json         class names, in label-id order
+      calibration.json    the temperature fitted on validation, ECE before/after on test
+      model_card.md       what it is, the data, the measured test metrics (from classification.json)
+
+Loading reads JSON and safetensors only: nothing is ever unpickled. `Classifier` loads a bundle
+or a run directory (the same files, read from where `trmkit train` left them) and classifies
+`Message`s in batches, halting each message when its halting head says so (ACT), as trained.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from trmkit.config import ConfigError, ModelConfig
+from trmkit.data.email import Message
+from trmkit.model.trm import TRM
+from trmkit.tasks.classify import stablemax_probs
+
+FILES = ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "calibration.json", "model_card.md")
+
+
+@dataclass
+class Calibration:
+    temperature: float = 1.0
+    ece_before: float | None = None  # on test, at T = 1
+    ece_after: float | None = None  # on test, at the fitted T
+    fitted_on: str = "none"  # "val" when fitted
+
+
+def calibrate(run_dir: Path) -> Calibration:
+    """The run's calibration.json (written at the end of training), fitted again if it is missing."""
+    from trmkit.tasks.classify import calibrate as fit
+
+    path = run_dir / "classification.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: train the run to the end (its last evaluation writes it)")
+    cal = json.loads((run_dir / "calibration.json").read_text()) if (run_dir / "calibration.json").is_file() \
+        else fit(run_dir)
+    return Calibration(**{k: cal.get(k) for k in ("temperature", "ece_before", "ece_after", "fitted_on")})
+
+
+def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
+    """Write BUNDLE from a finished run; atomic (a hidden sibling renamed into place)."""
+    import yaml
+
+    run_dir, out = Path(run_dir), Path(out)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    store = Path(cfg["data"]["path"])
+    meta = json.loads((store / "train" / "meta.json").read_text())
+    if meta.get("task") != "email" or not meta.get("classes"):
+        raise ConfigError(f"{run_dir}: trained on a {meta.get('task')!r} store; export takes an e-mail run")
+    weights = run_dir / "weights.safetensors"
+    if not weights.is_file():
+        raise ConfigError(f"{weights} not found: train the run to the end first (`trmkit train`)")
+    cal = calibrate(run_dir)
+    log(f"calibration: temperature {cal.temperature:.3f} (fitted on {cal.fitted_on}); test ECE "
+        f"{cal.ece_before:.4f} -> {cal.ece_after if cal.ece_after is not None else float('nan'):.4f}")
+    if out.exists() and not (out / "config.json").is_file():
+        raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
+    tmp = out.parent / f".{out.name}.tmp-{time.time_ns()}"
+    tmp.mkdir(parents=True)
+    try:
+        shutil.copyfile(weights, tmp / "model.safetensors")
+        (tmp / "tokenizer.json").write_text(json.dumps((json.loads((store / "train" / "tokenizer.json").read_text()))))
+        config = {"format": "trmkit-email-bundle/1", "model": cfg["model"], "seq_len": meta["seq_len"],
+                  "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        (tmp / "labels.json").write_text(json.dumps(meta["classes"]))
+        (tmp / "calibration.json").write_text(json.dumps(asdict(cal), indent=2))
+        (tmp / "model_card.md").write_text(model_card(run_dir, cfg, meta, cal))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.replace(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration) -> str:
+    """Markdown: the model, its data, and the test metrics measured at the end of training."""
+    test = json.loads((run_dir / "classification.json").read_text())
+    summary = test.get("summary", {})
+    m, d = cfg["model"], meta["build"].get("dataset", {})
+    lines = [
+        "# trmkit e-mail classifier", "",
+        f"A Tiny Recursive Model (mixer {m['mixer']}, D={m['hidden_size']}, {m['L_layers']} layers, "
+        f"T={m['H_cycles']}, n={m['L_cycles']}, N_sup={m['halt_max_steps']}) reading {meta['seq_len']} "
+        f"tokens per message, trained with trmkit on `{meta['source']}`.", "",
+        f"- classes: {', '.join(meta['classes'])}",
+        f"- split: {meta['build'].get('split')} (seed {meta['build'].get('seed')}); sizes "
+        f"{d.get('split_sizes', '?')}",
+        f"- duplicates removed before the split: {d.get('duplicates', '?')}", "",
+        "## Held-out test metrics", "",
+        f"- accuracy {summary.get('accuracy', float('nan')):.4f}, macro-F1 {summary.get('macro_f1', float('nan')):.4f}",
+        f"- expected calibration error {cal.ece_before:.4f} at T=1, "
+        + (f"{cal.ece_after:.4f} at T={cal.temperature:.3f} (fitted on validation)" if cal.ece_after is not None
+           else "no validation split to fit a temperature"), "",
+        "| class | precision | recall | F1 | support |", "| --- | --- | --- | --- | --- |",
+    ]
+    for name, c in summary.get("per_class", {}).items():
+        lines.append(f"| {name} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} | {c['support']} |")
+    lines += ["", "Probabilities are the model's stable-max probabilities of logits / temperature.", ""]
+    return "\n".join(lines)
+
+
+class Classifier:
+    """A loaded bundle (or run directory): classify messages in batches.
+
+    Satisfies serve.Predictor: `class_names` and `predict(messages) -> list[dict]`."""
+
+    def __init__(self, model: TRM, tokenizer, class_names: list[str], seq_len: int, tail: int,
+                 temperature: float, batch_size: int = 64, halt: bool = True, dtype: str = "float32"):
+        self.model, self.tokenizer, self.class_names = model.eval(), tokenizer, class_names
+        self.seq_len, self.tail, self.temperature = seq_len, tail, temperature
+        self.batch_size, self.halt = batch_size, halt
+        self.steps_run = 0  # supervision steps computed, summed over messages (for the ACT saving)
+        self.messages_seen = 0
+        self.dtype = dtype  # "float32", "bfloat16" (autocast), or "auto": measured once, see choose_dtype
+        self.log = None  # where choose_dtype reports its measurement
+
+    def choose_dtype(self, inputs: np.ndarray, log=None) -> str:
+        """bf16 only where this machine runs it at least 1.1x faster than float32 on a real batch and
+        the batch's labels agree (most CPUs without native bf16 run it slower): measured, never assumed."""
+        times, labels, counted = {}, {}, self.steps_run
+        for dtype in ("float32", "bfloat16"):
+            self.dtype = dtype
+            self.logits(inputs)  # warm-up
+            t0 = time.perf_counter()
+            labels[dtype] = self.logits(inputs).argmax(1)
+            times[dtype] = time.perf_counter() - t0
+        self.steps_run = counted  # the measurement is not part of the mailbox's work
+        agree = float((labels["float32"] == labels["bfloat16"]).mean())
+        self.dtype = "bfloat16" if times["float32"] >= 1.1 * times["bfloat16"] and agree == 1.0 else "float32"
+        if log is not None:
+            log(f"predict: dtype={self.dtype} (a batch of {len(inputs)}: float32 {times['float32'] * 1e3:.0f} ms, "
+                f"bf16 {times['bfloat16'] * 1e3:.0f} ms, labels agree on {agree:.0%}; bf16 kept only at >= 1.1x "
+                "and full agreement)")
+        return self.dtype
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs) -> "Classifier":
+        path = Path(path)
+        if (path / "config.json").is_file():
+            return cls._from_bundle(path, **kwargs)
+        if (path / "config.yaml").is_file():
+            return cls._from_run(path, **kwargs)
+        raise ConfigError(f"{path}: neither a bundle (config.json) nor a run directory (config.yaml); "
+                          "pass `trmkit email export RUN --out BUNDLE`'s folder or a finished run")
+
+    @classmethod
+    def _from_bundle(cls, path: Path, **kwargs) -> "Classifier":
+        config = json.loads((path / "config.json").read_text())
+        if config.get("format") != "trmkit-email-bundle/1":
+            raise ConfigError(f"{path / 'config.json'}: format {config.get('format')!r} is not trmkit-email-bundle/1")
+        cal = json.loads((path / "calibration.json").read_text()) if (path / "calibration.json").is_file() else {}
+        return cls._build(config["model"], path / "model.safetensors", path / "tokenizer.json",
+                          json.loads((path / "labels.json").read_text()), config["seq_len"], config.get("tail", 0),
+                          float(cal.get("temperature", 1.0)), **kwargs)
+
+    @classmethod
+    def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
+        import yaml
+
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        store = Path(cfg["data"]["path"]) / "train"
+        meta = json.loads((store / "meta.json").read_text())
+        if not (run_dir / "calibration.json").is_file() and (run_dir / "classification.json").is_file():
+            calibrate(run_dir)
+        cal = json.loads((run_dir / "calibration.json").read_text()) if (run_dir / "calibration.json").is_file() else {}
+        return cls._build(cfg["model"], run_dir / "weights.safetensors", store / "tokenizer.json", meta["classes"],
+                          meta["seq_len"], meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)), **kwargs)
+
+    @classmethod
+    def _build(cls, model_cfg: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
+               temperature: float, **kwargs) -> "Classifier":
+        from safetensors.torch import load_file
+
+        from trmkit.data.email.tokenizer import EmailTokenizer
+
+        if not weights.is_file():
+            raise ConfigError(f"{weights} not found: train the run to the end first (`trmkit train`)")
+        known = {f.name for f in fields(ModelConfig)}
+        model = TRM(ModelConfig(**{k: v for k, v in model_cfg.items() if k in known}))
+        model.load_state_dict(load_file(str(weights)))
+        if model.cfg.num_classes != len(classes):
+            raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")
+        return cls(model, EmailTokenizer.load(tokenizer), list(classes), seq_len, tail, temperature, **kwargs)
+
+    @torch.inference_mode()
+    def logits(self, inputs: np.ndarray) -> np.ndarray:
+        """(n, C) class logits after the last supervision step each message takes.
+
+        With halting on, a message stops at the first step whose halting logit is > 0 (or at
+        N_sup), as the model was trained to; off, every message runs all N_sup steps (as `eval`)."""
+        x = torch.from_numpy(np.asarray(inputs, dtype=np.int64))
+        n, n_sup = x.shape[0], self.model.cfg.halt_max_steps
+        carry = self.model.initial_carry(n)
+        z_H, z_L = carry.z_H, carry.z_L
+        pids = torch.zeros(n, dtype=torch.int64)
+        out = torch.zeros(n, self.model.cfg.num_classes)
+        active = torch.arange(n)
+        for step in range(1, n_sup + 1):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
+                z_H, z_L, logits, q = self.model(z_H, z_L, x[active], pids[: len(active)])
+            q = q.float()
+            self.steps_run += len(active)
+            out[active] = logits[:, 0].float()
+            if step == n_sup:
+                break
+            keep = q <= 0 if self.halt else torch.ones_like(q, dtype=torch.bool)
+            if not keep.any():
+                break
+            active, z_H, z_L = active[keep], z_H[keep], z_L[keep]
+        return out.numpy()
+
+    def encode(self, messages: list[Message]) -> np.ndarray:
+        return self.tokenizer.encode_batch([(m.subject, m.sender, m.body) for m in messages], self.seq_len, self.tail)
+
+    def predict(self, messages: list[Message]) -> list[dict]:
+        results = []
+        for start in range(0, len(messages), self.batch_size):
+            chunk = messages[start:start + self.batch_size]
+            inputs = self.encode(chunk)
+            if self.dtype == "auto":
+                self.choose_dtype(inputs, self.log)
+            probs = stablemax_probs(self.logits(inputs).astype(np.float64), self.temperature)
+            self.messages_seen += len(chunk)
+            results += [self._result(m, p, start + i) for i, (m, p) in enumerate(zip(chunk, probs))]
+        return results
+
+    def _result(self, msg: Message, probs: np.ndarray, index: int) -> dict:
+        top = np.argsort(-probs)[:3]
+        return {"id": msg.message_id or msg.where or f"message-{index}", "label": self.class_names[top[0]],
+                "probability": round(float(probs[top[0]]), 6),
+                "top3": [{"label": self.class_names[i], "probability": round(float(probs[i]), 6)} for i in top]}
+
+
+def predict_stream(classifier: Classifier, messages: Iterable[Message], batch: int = 256) -> Iterable[dict]:
+    """Predictions in input order, `batch` messages at a time: memory stays flat for any mailbox size.
+
+    Parsing (pure Python) runs in a background thread while the model (torch, which releases the GIL)
+    classifies the previous batch; the queue holds at most two batches, so memory stays bounded."""
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def produce() -> None:
+        pending: list[Message] = []
+        try:
+            for msg in messages:
+                pending.append(msg)
+                if len(pending) >= batch:
+                    _put(batches, pending, stop)
+                    pending = []
+            if pending:
+                _put(batches, pending, stop)
+            _put(batches, None, stop)
+        except BaseException as err:  # reported in the consumer's thread, with its traceback
+            _put(batches, err, stop)
+
+    worker = threading.Thread(target=produce, name="trmkit-parse", daemon=True)
+    worker.start()
+    try:
+        while (item := batches.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield from classifier.predict(item)
+    finally:
+        stop.set()
+        worker.join(timeout=5)
+
+
+def _put(batches: queue.Queue, item, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            batches.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
