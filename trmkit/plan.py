@@ -70,6 +70,7 @@ from trmkit.hardware import (KEEP_TRIM_THRESHOLD, HardwareInfo, effective_availa
                               keep_freed_memory, return_freed_memory)
 from trmkit.memory import kernel_peak
 from trmkit.model.layers import Network, rotary_tables, swiglu_width
+from trmkit.model.trm import input_dtype
 
 Log = Callable[[str], None]
 
@@ -337,7 +338,7 @@ def carry_slot_bytes(m: ModelConfig) -> int:
     S, D = seq_total(m), m.hidden_size
     carry = 2 * S * D * 4  # z_H, z_L (float32), updated in place micro-batch by micro-batch
     puzzle_rows = 2 * (m.puzzle_emb_dim or m.puzzle_emb_len * D) * 4  # rows in use and their gradients
-    token = 1 if m.vocab_size <= 256 else 4  # inputs uint8, or int32 for a tokenizer's vocabulary
+    token = input_dtype(m.vocab_size).itemsize  # inputs: uint8, or int32 for a tokenizer's vocabulary
     data = m.seq_len * (token + 8) + 8 + 4 + 1 + 2 * 4  # inputs, labels int64, id, steps, halted, draws
     return carry + puzzle_rows + data
 
@@ -537,7 +538,7 @@ def _replica_step(model: Any, batch: int, micro_batch: int, autocast: Any, steps
     gen = torch.Generator().manual_seed(0)
     inputs = torch.randint(1, m.vocab_size, (batch, m.seq_len), generator=gen)
     labels, ids = inputs % max(1, m.num_classes) if m.num_classes else inputs, torch.zeros(batch, dtype=torch.int64)
-    inputs = inputs.to(torch.uint8 if m.vocab_size <= 256 else torch.int32)
+    inputs = inputs.to(input_dtype(m.vocab_size))
     carry = model.initial_carry(batch)
     for _ in range(steps):
         carry = model.reset(carry)

@@ -77,7 +77,7 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
     tmp.mkdir(parents=True)
     try:
         shutil.copyfile(weights, tmp / "model.safetensors")
-        (tmp / "tokenizer.json").write_text(json.dumps((json.loads((store / "train" / "tokenizer.json").read_text()))))
+        shutil.copyfile(store / "train" / "tokenizer.json", tmp / "tokenizer.json")
         config = {"format": "trmkit-email-bundle/1", "model": cfg["model"], "seq_len": meta["seq_len"],
                   "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))

@@ -47,6 +47,11 @@ class Carry:
     halted: torch.Tensor  # (B,) bool: the slot takes a new sample at the next step
 
 
+def input_dtype(vocab_size: int) -> torch.dtype:
+    """Token ids as the carry keeps them: uint8 for puzzle vocabularies, int32 for a tokenizer's."""
+    return torch.uint8 if vocab_size <= 256 else torch.int32
+
+
 def puzzle_width(cfg: ModelConfig) -> int:
     """Values learned per puzzle: puzzle_emb_dim, or the whole prefix (puzzle_emb_len * D) when 0."""
     return cfg.puzzle_emb_dim or cfg.puzzle_emb_len * cfg.hidden_size

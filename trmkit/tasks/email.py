@@ -77,7 +77,7 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
     rows = split_messages(kept, args, log)
     tok = train_tokenizer(args, [kept[i] for i in rows["train"]], log)
     splits, extras = encode_splits(kept, rows, classes, tok, args)
-    lang, data_report = dataset_report(kept, messages, rows, dedup, splits, args)
+    data_report = dataset_report(kept, messages, rows, dedup, splits, args)
     for line in data_report["lines"]:
         log(line)
     meta = store_meta(args, tok, classes, report, data_report)
@@ -171,7 +171,7 @@ def message_record(m: Message) -> dict:
             "subject": m.subject, "sender": m.sender, "body": m.body}
 
 
-def dataset_report(kept, messages, rows, dedup, splits, args) -> tuple[dict, dict]:
+def dataset_report(kept, messages, rows, dedup, splits, args) -> dict:
     from trmkit.data.email.prepare import dataset_report as build_report
     from trmkit.data.email.prepare import detect_language, message_text, report_lines
 
@@ -180,7 +180,7 @@ def dataset_report(kept, messages, rows, dedup, splits, args) -> tuple[dict, dic
                         languages=languages, total_read=len(messages), split_by=args.split, seed=args.seed,
                         token_lengths={k: (np.asarray(v.inputs) != 0).sum(1) for k, v in splits.items()})
     data["lines"] = report_lines(data)
-    return languages, data
+    return data
 
 
 def store_meta(args, tok, classes, report: ImportReport, data_report: dict) -> dict:

@@ -378,6 +378,11 @@ def _periodic_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
     return evals
 
 
+def _evaluated_at(cfg: Config, step: int) -> bool:
+    """Whether the loop evaluates after `step` (the end has its own evaluation)."""
+    return bool(cfg.train.eval_every) and step % cfg.train.eval_every == 0 and step < cfg.train.max_steps
+
+
 def _early_stop(s: Session, log: Log) -> bool:
     patience = s.cfg.train.early_stop_evals
     if patience and s.best["evals_since"] >= patience:
@@ -387,25 +392,28 @@ def _early_stop(s: Session, log: Log) -> bool:
     return False
 
 
-def restore_best(s: Session, log: Log) -> None:
-    """train.restore_best: load the evaluation weights of the best checkpoint (by best.json)."""
+def restore_best(s: Session, log: Log) -> bool:
+    """train.restore_best: load the evaluation weights of the best checkpoint (by best.json).
+    Returns whether the weights changed."""
     if not s.cfg.train.restore_best or s.best["step"] in (None, s.state.step):
-        return
+        return False
     if s.val_split is None:  # the best by the test split would report a number chosen on it
         log("restore_best: the store has no val/ split, so the best was judged on test; keeping the last "
             "weights (build the store with a validation share)")
-        return
+        return False
     path = checkpoint.best_checkpoint(s.cfg.run.dir)
-    if path is None or checkpoint._step_of(path) != s.best["step"]:
+    ckpt = checkpoint.load_checkpoint(path) if path is not None else None
+    if ckpt is None or ckpt.meta["step"] != s.best["step"]:
         log(f"restore_best: no checkpoint of the best step {s.best['step']} is left; keeping the last weights")
-        return
-    tensors = checkpoint.load_checkpoint(path).tensors
+        return False
+    tensors = ckpt.tensors
     s.model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     if s.opts.ema is not None:
         for k in s.opts.ema.shadow:
             s.opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
     log(f"restore_best: weights of step {s.best['step']} ({s.cfg.train.best_metric} "
         f"{s.best['value']:.4f} on val) from {path}")
+    return True
 
 
 def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: Log) -> dict:
@@ -468,7 +476,7 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
             if stop.requested:
                 break
             stop_early = False
-            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.max_steps:
+            if _evaluated_at(cfg, step):
                 evals = _periodic_eval(s, clock, loggers, log)
                 progress.close()
                 log(f"{'val' if s.val_split is not None else 'eval'} @ step {step}: " + _fmt_eval(evals))
@@ -487,12 +495,15 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
             log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: "
                 f"trmkit train --resume {run_dir}")
             return {"stopped": stop.signal_name, "steps": s.state.step}
+        # has the validation split already scored the weights in hand (the loop's last evaluation)?
+        val_current = s.val_split is not None and _evaluated_at(cfg, s.state.step)
         if cfg.train.restore_best:  # the state to resume from is the last step's, not the best's
-            if s.val_split is not None and s.best["step"] != s.state.step:
+            if s.val_split is not None and not val_current:  # are the last weights the best?
                 evals = _periodic_eval(s, clock, loggers, log)
+                val_current = True
             _timed_save(s, clock, evals, log)
-            restore_best(s, log)
-        if s.val_split is not None:  # e.g. a classifier's calibration is fitted on it before the test
+            val_current = val_current and not restore_best(s, log)
+        if s.val_split is not None and not val_current:  # e.g. a classifier's calibration is fitted on it
             _timed_eval(s, clock, loggers, log, s.val_split, "val")
         evals = _timed_eval(s, clock, loggers, log) or evals
         if not cfg.train.restore_best:

@@ -21,7 +21,7 @@ import torch
 
 from trmkit.config import ModelConfig, TrainConfig
 from trmkit.model.losses import IGNORE, act_loss
-from trmkit.model.trm import TRM, Carry, halt_decision
+from trmkit.model.trm import TRM, Carry, halt_decision, input_dtype
 from trmkit.train.optim import EMA, SparseSignSGD, lr_at
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -64,11 +64,6 @@ class StepContext:
 def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.Tensor:
     t = torch.from_numpy(np.asarray(labels)).to(device=device, dtype=torch.int64)
     return torch.where(t == ignore_label_id, torch.full_like(t, IGNORE), t)
-
-
-def input_dtype(vocab_size: int) -> torch.dtype:
-    """uint8 for puzzle vocabularies (1 byte per token in the carry), int32 for a tokenizer's."""
-    return torch.uint8 if vocab_size <= 256 else torch.int32
 
 
 def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
