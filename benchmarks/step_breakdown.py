@@ -38,7 +38,8 @@ def phase_times(s: bench.BenchSession) -> dict[str, float]:
     B, P = st.carry.z_H.shape[0], cfg.puzzle_emb_len
     marks = [time.perf_counter()]
     with s.ctx.autocast():
-        x, rope = model.embed(st.inputs, st.puzzle_ids), model._rope()
+        x = model.embed(st.inputs, st.puzzle_ids)
+        rope = model._rope(x.shape[1])
         z_H, z_L = st.carry.z_H, st.carry.z_L
         with torch.no_grad():
             for _ in range(cfg.H_cycles - 1):

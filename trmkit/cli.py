@@ -74,15 +74,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
-    if args.resume:
-        run_dir = Path(args.resume)
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
-        overrides = ([args.config] if args.config and "=" in args.config else []) + args.overrides
-        return config_mod.load(run_dir / "config.yaml", overrides + [f"run.dir={run_dir}"])
-    if not args.config:
-        raise ConfigError("give a config (e.g. configs/sudoku-laptop.yaml) or --resume RUN_DIR")
-    return config_mod.load(args.config, args.overrides)
+    return config_mod.load_for_run(args.config, args.overrides, args.resume, "configs/sudoku-laptop.yaml")
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -139,6 +131,18 @@ def _add_email(p: argparse.ArgumentParser) -> None:
 
 def _run_email(args: argparse.Namespace) -> int:
     from trmkit.email import commands
+
+    return commands.run(args)
+
+
+def _add_rl(p: argparse.ArgumentParser) -> None:
+    from trmkit.rl import commands
+
+    commands.add_arguments(p)
+
+
+def _run_rl(args: argparse.Namespace) -> int:
+    from trmkit.rl import commands
 
     return commands.run(args)
 
@@ -234,6 +238,10 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="peak memory the benchmark may use (6GB, 6GiB): its step must fit, as a training run's must")
     p.add_argument("--compile-target", choices=("net", "model"), default="net",
                    help="with run.compile=on: compile model.net or the whole model")
+    p.add_argument("--rl", action="store_true",
+                   help="time self-play rounds of a `trmkit rl` preset instead: rollout and update tokens/s, "
+                        "peak RSS (with --steps/--warmup rounds)")
+    p.add_argument("--init", metavar="RUN_DIR", default=None, help="with --rl: start from a run's weights")
     p.add_argument("--learn", type=float, metavar="MINUTES", default=None,
                    help="instead of timing steps: train CONFIG for MINUTES of training time on a fixed "
                         "generated Sudoku set (1000 puzzles with 24-26 givens x 100 augmentations, 200 held out) "
@@ -256,6 +264,16 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     cfg = config_mod.load(args.config, args.overrides)
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
+    if args.rl:  # self-play throughput (trmkit/rl/bench.py)
+        from trmkit import hardware
+        from trmkit.rl import bench as rl_bench
+
+        result = rl_bench.run_rl_bench(cfg, hardware.probe(), args.steps, args.warmup, args.init, log=log,
+                                       cache_dir=_cache_dir())
+        print(json.dumps(result) if args.json else "\n".join(rl_bench.format_lines(result)))
+        return 0
+    if args.init is not None:
+        raise ConfigError("--init applies to --rl only")
     if args.learn is not None:  # accuracy per CPU-hour (trmkit/learn.py)
         from trmkit import hardware, learn
 
@@ -291,6 +309,7 @@ COMMANDS = {
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
     "email": ("classify e-mail with a trained run: predict, export, serve, baseline", _add_email, _run_email),
+    "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),
     "hw": ("probe this machine: cores, ISA, memory limits, torch build", _add_hw, _run_hw),
@@ -308,7 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # key=value overrides may also follow an option (trmkit rl train CONFIG --init RUN k=v)
+        if not hasattr(args, "overrides") or not all("=" in e and not e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
     from trmkit.data.store import StoreError
     from trmkit.train.checkpoint import CheckpointError
 

@@ -124,6 +124,49 @@ class TrainConfig:
             raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
 
 
+@dataclass
+class RLConfig:
+    """Self-play reinforcement learning (TR-RPG) and its seeding: `trmkit rl` (docs/rl.md)."""
+
+    proposals_per_type: int = 8  # proposer samples per task type per step
+    tasks_per_type: int = 16  # tasks the solver attempts per type per step (fresh proposals, then the buffer)
+    attempts: int = 4  # k: solver attempts per task; the proposer's reward uses their solve rate
+    critiques_per_type: int = 16  # solver answers the critique judges per type per step
+    update_epochs: int = 2  # optimizer updates per rollout batch (w = pi_theta / pi_old moves from 1 after the first)
+    lr: float = 1e-4  # self-play's learning rate (seeding uses train.lr; both warm up over train.warmup_steps)
+    max_grad_norm: float = 1.0  # self-play clips the gradient's global norm to this before each update (0 = off)
+    beta_propose: float = 0.01  # the TR-RPG regulariser per role
+    beta_solve: float = 0.05
+    beta_critique: float = 0.1
+    log_ratio_clip: float = 1.0  # log w is clipped to [-c, c]
+    t_max: int = 32  # think tokens at which the length reward saturates
+    format_penalty: float = -0.5  # reward of a malformed response
+    buffer_size: int = 2048  # valid tasks kept per type (oldest dropped first)
+    seed_answer_weight: float = 1.0  # alpha of the seeding loss: extra weight on the answer's positions
+    seed_share_solve: float = 0.6  # share of seeding examples per role (the rest split by the next two)
+    seed_share_propose: float = 0.2
+    seed_share_critique: float = 0.2
+    heldout_per_type: int = 100  # held-out tasks per type (fixed seed, never trained on)
+    heldout_seed: int = 20251
+    cache_mb: int = 64  # execution-result cache, bytes-bounded LRU
+    sandbox_cpu_seconds: float = 1.0  # per program run
+    sandbox_wall_seconds: float = 5.0
+    sandbox_memory_mb: int = 512  # the worker's address-space limit
+
+    def __post_init__(self) -> None:
+        for name in ("proposals_per_type", "tasks_per_type", "attempts", "critiques_per_type", "update_epochs",
+                     "heldout_per_type"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
+        if self.proposals_per_type > self.tasks_per_type:
+            raise ConfigError(f"rl.proposals_per_type={self.proposals_per_type} > rl.tasks_per_type="
+                              f"{self.tasks_per_type}: every fresh proposal is solved, so raise rl.tasks_per_type")
+        if self.t_max < 2:
+            raise ConfigError("rl.t_max must be >= 2 (the length reward divides by log(t_max))")
+        if self.log_ratio_clip <= 0:
+            raise ConfigError("rl.log_ratio_clip must be > 0")
+
+
 SWITCH = ("auto", "on", "off")
 
 
@@ -159,12 +202,13 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "rl": RLConfig}
 
 
 def _nearest_divisor(n: int, near: int) -> int:
@@ -271,3 +315,17 @@ def replace(cfg: Config, section: str, **changes: Any) -> Config:
     """A copy of cfg with some fields of one section changed (checks rerun)."""
     new_section = dataclasses.replace(getattr(cfg, section), **changes)
     return dataclasses.replace(cfg, **{section: new_section})
+
+
+def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str) -> Config:
+    """The config of a training command: the YAML and overrides, or with resume the run's own
+    config.yaml (overrides still apply, run.dir is the resumed directory)."""
+    if resume:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
+        extra = ([config] if config and "=" in config else []) + list(overrides)
+        return load(run_dir / "config.yaml", extra + [f"run.dir={run_dir}"])
+    if not config:
+        raise ConfigError(f"give a config (e.g. {example}) or --resume RUN_DIR")
+    return load(config, overrides)

@@ -28,6 +28,17 @@ FIGURES = (
     ("memory", "Resident memory (GB)", ("sys/rss_gb",)),
     ("cpu", "CPU of this process (%, 100 = one core)", ("sys/cpu_percent",)),
 )
+# Self-play and seeding runs (trmkit rl, docs/rl.md): drawn when their metrics are there.
+RL_FIGURES = (
+    ("rl_rewards", "Mean reward per role", ("reward/propose", "reward/solve", "reward/critique")),
+    ("rl_solve", "Solve rate (held-out by execution; train: the solver's attempts)",
+     ("eval/solve_rate", "eval/solve_rate/deduction", "eval/solve_rate/abduction", "eval/solve_rate/induction",
+      "solve/train_solve_rate", "propose/difficulty")),
+    ("rl_critique", "Critique agreement with the executor", ("critique/agreement",)),
+    ("rl_kl", "KL to pi_old (k3 estimate, last update epoch)", ("kl/propose", "kl/solve", "kl/critique")),
+    ("rl_entropy", "Policy entropy per response position (nats)",
+     ("entropy/propose", "entropy/solve", "entropy/critique")),
+)
 # Figures that are drawn against both step and wall time (the rest: step only).
 TWO_AXES = ("loss", "accuracy")
 
@@ -157,6 +168,10 @@ def write_report(run_dir: str | Path) -> list[Path]:
     for stem, title, keys in FIGURES:
         present = [k for k in keys if _present(history, k)]
         absent += [k for k in keys if k not in present]
+        if present:
+            written.append(_plot_figure(history, stem, title, present, out_dir))
+    for stem, title, keys in RL_FIGURES:  # only where the run has them: no "absent" list for other runs
+        present = [k for k in keys if _present(history, k)]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
     classification = _read_classification_run(run_dir)  # None unless a classification run (issue 12)

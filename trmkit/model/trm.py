@@ -162,8 +162,9 @@ class TRM(nn.Module):
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
         return self.embed_scale * x
 
-    def _rope(self):
-        return (self.rope_cos, self.rope_sin) if self.cfg.mixer == "attention" else None
+    def _rope(self, length: int):
+        """Rotary tables for the first `length` positions (a policy's groups are shorter than seq_len)."""
+        return (self.rope_cos[:length], self.rope_sin[:length]) if self.cfg.mixer == "attention" else None
 
     def _net(self, h, injection, rope):
         return self.net(h, injection, rope, recompute=self.grad_checkpointing and torch.is_grad_enabled())
@@ -186,7 +187,7 @@ class TRM(nn.Module):
                 puzzle_ids: torch.Tensor):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,)."""
         x = self.embed(inputs, puzzle_ids)
-        rope = self._rope()
+        rope = self._rope(x.shape[1])
         with torch.no_grad():
             for _ in range(self.cfg.H_cycles - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)

@@ -28,6 +28,7 @@ from trmkit.plan import Plan, apply_to_process, apply_to_model, learn_from_peaks
 from trmkit.train import checkpoint
 from trmkit.train import state as state_mod
 from trmkit.train.evaluate import Scorer, evaluate
+from trmkit.train.objective import Objective
 from trmkit.train.guard import MemoryGuard, PeakReader
 from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
 from trmkit.train.signals import graceful_stop
@@ -56,6 +57,11 @@ class Session:
     eval_batch: int = 0  # evaluation slots per forward once an allocation failed (0: the plan's)
     scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
     best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
+    objective: Objective | None = None  # the policy shape: makes its own batches (train/objective.py)
+
+    def source(self):
+        """What makes the batches, whose position goes into checkpoints: the stream or the objective."""
+        return self.objective if self.objective is not None else self.stream
 
 
 def open_splits(cfg: Config, need_train: bool = True) -> tuple[Split | None, Split | None]:
@@ -179,19 +185,25 @@ def resume_dtype(cfg: Config, saved: dict, log: Log) -> Config:
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
             budget_bytes: int | None = None, meter: PeakMeter | None = None,
-            scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False) -> Session:
+            scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
+            objective: Objective | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
     scorer: the task's extra evaluation metrics (built per evaluation from the test split).
-    evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's."""
+    evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's.
+    objective: a workload that makes its own batches (no store; train/objective.py)."""
     meter = meter or PeakMeter().start()
-    cfg = absolute_data_path(cfg, log)
-    train_split, test_split = open_splits(cfg, need_train=not evaluate_only)
-    if evaluate_only:  # the run's config already holds the model's shape; the store must match it
-        check_data_matches(cfg, test_split or train_split, Path(cfg.run.dir))
+    train_split = test_split = None
+    if objective is not None:  # the objective, not a store, says what the model reads
+        cfg = config_mod.replace(cfg, "model", **objective.model_fields())
     else:
-        cfg = fill_from_meta(cfg, train_split)
+        cfg = absolute_data_path(cfg, log)
+        train_split, test_split = open_splits(cfg, need_train=not evaluate_only)
+        if evaluate_only:  # the run's config already holds the model's shape; the store must match it
+            check_data_matches(cfg, test_split or train_split, Path(cfg.run.dir))
+        else:
+            cfg = fill_from_meta(cfg, train_split)
     saved = saved_meta(cfg.run.dir)
     cfg = resume_dtype(cfg, saved, log)
     with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
@@ -207,19 +219,22 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
         opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
         apply_to_model(plan, model)
-        state = new_state(model, cfg.train.batch_size, cfg.model.seq_len, device)
+        slots = 0 if objective is not None else cfg.train.batch_size  # an objective keeps no ACT carry
+        state = new_state(model, slots, cfg.model.seq_len, device)
     guard = make_guard(cfg, plan, hw, log, meter)  # after model and state exist: it reads the RSS
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
     if guard is not None:
         guard.micro_batch = micro
     weights = label_weights(cfg, train_split, log) if train_split is not None else None
-    ctx = StepContext(micro_batch=micro, ignore_label_id=(train_split or test_split).meta.ignore_label_id,
+    ignore = (train_split or test_split).meta.ignore_label_id if objective is None else -100
+    ctx = StepContext(micro_batch=micro, ignore_label_id=ignore,
                       device=device, autocast=plan.autocast(),
                       label_weights=weights.to(device) if weights is not None else None)
     return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
                    stream=SampleStream(train_split, cfg.run.seed) if train_split else None, train_split=train_split,
                    test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir, scorer=scorer,
-                   val_split=None if evaluate_only else open_val_split(cfg))
+                   val_split=None if evaluate_only or objective is not None else open_val_split(cfg),
+                   objective=objective)
 
 
 def resume_micro_batch(planned: int, saved: dict, log: Log) -> int:
@@ -255,6 +270,8 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Spli
     """Evaluate on the test split (or `split`) with the EMA weights (when EMA is on). An allocation
     that fails halves the evaluation batch (kept for later evaluations) and evaluates again."""
     split = split or s.test_split
+    if split is None and s.objective is not None:
+        return _evaluate_objective(s)
     if split is None:
         return {}
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
@@ -269,6 +286,16 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Spli
             hardware.trim_heap()
             log(f"memory: evaluation at {size} slots failed to allocate ({str(err).splitlines()[0][:100]}); "
                 f"evaluating again at {s.eval_batch}")
+
+
+def _evaluate_objective(s: Session) -> dict[str, float]:
+    if s.opts.ema is not None:
+        s.opts.ema.swap(s.model)
+    try:
+        return s.objective.evaluate(s.model, s.ctx)
+    finally:
+        if s.opts.ema is not None:
+            s.opts.ema.swap(s.model)
 
 
 def _evaluate(s: Session, batches, log: Log = print, split: Split | None = None) -> dict[str, float]:
@@ -303,14 +330,14 @@ def resume_if_possible(s: Session, log: Log = print) -> int | None:
     ckpt = checkpoint.load_latest(s.cfg.run.dir, s.cfg.to_dict(), ignore=RESUME_IGNORE, log=log)
     if ckpt is None:
         return None
-    state_mod.restore(s.model, s.opts, s.state, s.stream, ckpt.tensors, ckpt.meta)
+    state_mod.restore(s.model, s.opts, s.state, s.source(), ckpt.tensors, ckpt.meta)
     s.best.update(ckpt.meta.get("best") or {})
     log(f"resumed from {ckpt.path} (step {s.state.step})")
     return s.state.step
 
 
 def save_state(s: Session, metrics: dict, log: Log = print) -> Path:
-    tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.stream)
+    tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.source())
     meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s), best=dict(s.best))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
@@ -420,13 +447,18 @@ def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: 
     t0 = time.perf_counter()
     on_oom = (lambda err: s.guard.on_oom(s.state.step, err)) if s.guard else None
     with s.meter.phase("train step"):
-        metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
+        if s.objective is not None:
+            metrics = s.objective.step(s.model, s.opts, s.cfg.train, s.ctx, on_oom)
+            s.state.step += 1
+        else:
+            metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
     dt = time.perf_counter() - t0
     if s.guard is not None:
         s.ctx.micro_batch = s.guard.observe(s.state.step, s.guard.reader.read())
         metrics["perf/micro_batch"] = s.ctx.micro_batch
-    clock.samples += s.cfg.train.batch_size
-    metrics["perf/samples_per_second"] = s.cfg.train.batch_size / dt
+    samples = metrics.pop("perf/samples", s.cfg.train.batch_size)
+    clock.samples += samples
+    metrics["perf/samples_per_second"] = samples / dt
     metrics["perf/seconds_per_step"] = dt
     step = s.state.step
     if step % max(1, s.cfg.train.log_every) == 0 or step == 1:
@@ -460,7 +492,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     with s.meter.phase("resume"):
         resumed = resume_if_possible(s, log)
     config_mod.save(cfg, run_dir / "config.yaml")
-    write_json(run_dir / DATA_META_FILE, data_identity(s.train_split))
+    write_json(run_dir / DATA_META_FILE, s.objective.identity() if s.objective is not None
+               else data_identity(s.train_split))
     write_json(run_dir / "plan.json", s.plan.to_dict())
     loggers = monitor.make_loggers(run_dir, None, log)
     loggers.log_config(cfg.to_dict())
@@ -588,7 +621,8 @@ def _fmt_eval(evals: dict) -> str:
     shown = [f"{k} {evals[k]:.3f}" for k in GENERIC_EVAL[:4] if k in evals]
     shown += [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in evals.items()
               if k not in GENERIC_EVAL and "/" not in k]  # the task's own (per-class ones in the summary)
-    return ", ".join(shown) + f", act_steps {evals['act_steps']:.2f} (n={evals['samples']})"
+    steps = f", act_steps {evals['act_steps']:.2f}" if "act_steps" in evals else ""
+    return ", ".join(shown) + steps + f" (n={evals.get('samples', '?')})"
 
 
 WEIGHTS_FILE = "weights.safetensors"

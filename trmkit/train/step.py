@@ -134,12 +134,23 @@ def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_ste
     carry, not two). Returns the per-slot stats."""
     carry, B = state.carry, state.carry.steps.shape[0]
     carry.steps += 1
-    parts, start = [], 0
     undo = GradientUndo(model) if on_oom is not None else None
-    while start < B:
-        sl = slice(start, min(B, start + ctx.micro_batch))
+    parts = over_chunks(B, ctx, lambda sl: micro_step(model, state, ctx, sl, u, min_steps), undo, on_oom)
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def over_chunks(n: int, ctx: StepContext, work: Callable[[slice], dict], undo: "GradientUndo | None",
+                on_oom: Callable[[BaseException], int] | None, last: bool = True) -> list[dict]:
+    """`work` (a forward and backward) on consecutive slices of ctx.micro_batch rows out of n.
+
+    An allocation failure undoes the failed slice's partial gradients, takes a smaller
+    micro-batch from on_oom and goes on from that slice. last=False: more work follows that a
+    later failure may undo, so the gradients are saved after this call's last slice too."""
+    parts, start = [], 0
+    while start < n:
+        sl = slice(start, min(n, start + max(1, ctx.micro_batch)))
         try:
-            parts.append(micro_step(model, state, ctx, sl, u, min_steps))
+            parts.append(work(sl))
         except (RuntimeError, MemoryError) as err:
             if undo is None or not is_out_of_memory(err):
                 raise
@@ -147,9 +158,9 @@ def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_ste
             ctx.micro_batch = on_oom(err)
             continue
         start = sl.stop
-        if undo is not None and start < B:  # after the last micro-batch nothing is retried
+        if undo is not None and (start < n or not last):  # after the very last slice nothing is retried
             undo.save()
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return parts
 
 
 def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, min_steps) -> dict:

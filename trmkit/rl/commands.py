@@ -1,0 +1,119 @@
+"""`trmkit rl seed | train | eval` (the CLI dispatches here; docs/rl.md).
+
+seed and train are the one trainer (train/loop.py) with an objective in place of a store:
+the plan, memory guard, checkpoints, exact resume, progress, evaluation and summary are
+the same as for every other workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trmkit import config as config_mod
+from trmkit.config import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="rl_command", required=True)
+    for name, text in (("seed", "trajectory seeding (SFT on executor traces) before self-play"),
+                       ("train", "self-play with TR-RPG: propose / solve / critique, rewards by execution")):
+        s = sub.add_parser(name, help=text, description=text)
+        s.add_argument("config", nargs="?", help="YAML preset, e.g. configs/selfplay-laptop.yaml")
+        s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.max_minutes=30 run.dir=runs/sp")
+        s.add_argument("--init", metavar="RUN_DIR", default=None,
+                       help="start from the weights of a finished run (e.g. the seeding run)")
+        s.add_argument("--resume", metavar="RUN_DIR", default=None,
+                       help="continue the run in RUN_DIR from its newest valid checkpoint")
+        s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
+    s = sub.add_parser("eval", help="held-out solve rate per task type, by execution")
+    s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
+    s.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"seed": run_training, "train": run_training, "eval": run_eval}[args.rl_command](args)
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    return config_mod.load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml")
+
+
+def make_objective(kind: str, cfg: config_mod.Config, log=print):
+    from trmkit.rl.objective import SeedObjective, SelfPlayObjective
+
+    if cfg.model.mixer != "attention":
+        raise ConfigError(f"model.mixer={cfg.model.mixer!r}: the policy's (role, type) groups have different "
+                          "lengths, which only mixer=attention reads; set model.mixer=attention")
+    if cfg.model.puzzle_emb_len:
+        log(f"rl: model.puzzle_emb_len={cfg.model.puzzle_emb_len} -> 0 (code tasks have no per-puzzle identity)")
+        cfg = config_mod.replace(cfg, "model", puzzle_emb_len=0)
+    if cfg.run.compile != "off":
+        log(f"rl: run.compile={cfg.run.compile} -> off (each (role, type) group has its own length; a compiled "
+            "model would recompile for each)")
+        cfg = config_mod.replace(cfg, "run", compile="off")
+    return (SeedObjective if kind == "seed" else SelfPlayObjective)(cfg, log), cfg
+
+
+def init_from(session, run_dir: Path, log=print) -> None:
+    """Start from a finished run's evaluation weights (model and EMA), not its optimizer."""
+    from safetensors.torch import load_file
+
+    path = Path(run_dir) / "weights.safetensors"
+    if not path.is_file():
+        raise ConfigError(f"--init {run_dir}: no weights.safetensors there; let that run finish first")
+    session.model.load_state_dict(load_file(str(path), device=str(session.ctx.device)))
+    if session.opts.ema is not None:
+        for name, p in session.model.named_parameters():
+            session.opts.ema.shadow[name].copy_(p.detach().float())
+    log(f"init: weights of {run_dir} ({path})")
+
+
+def run_training(args: argparse.Namespace) -> int:
+    from trmkit import hardware, plan
+    from trmkit.train import checkpoint, loop
+
+    cfg = load_config(args)
+    objective, cfg = make_objective(args.rl_command, cfg)
+    try:
+        budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
+        session = loop.prepare(cfg, hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget,
+                               objective=objective)
+        if args.init and not checkpoint.list_checkpoints(session.cfg.run.dir):  # a resumed run has its own
+            init_from(session, Path(args.init))
+        loop.train(session, is_tty=sys.stdout.isatty())
+    finally:
+        objective.close()
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from trmkit import hardware
+    from trmkit.train import loop
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir}: no config.yaml there; is it a run written by `trmkit rl seed|train`?")
+    cfg = config_mod.load(run_dir / "config.yaml", [f"run.dir={run_dir}"])
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
+    objective, cfg = make_objective("eval", cfg, log)
+    try:
+        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(), objective=objective)
+        loop.load_weights(session, run_dir)
+        result = loop.run_eval(session, log=log)
+    finally:
+        objective.close()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:28s} {value:.4f}" if isinstance(value, float) else f"{key:28s} {value}")
+    return 0
+
+
+def _cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trmkit"

@@ -1,0 +1,71 @@
+"""The TRM as a policy over a response: pi(y | prompt) = prod_j p_j(y_j | prompt).
+
+The TRM writes every response position at once (as it fills a Sudoku), so a response is
+drawn by sampling each position from its distribution and its log-probability is the sum
+of the positions' log-probabilities (pads after the answer included: the policy chose
+them too). The logits are the last of N_sup supervision steps run from the initial state,
+the earlier steps without gradients, as the trainer's evaluation runs them. Softmax (not
+the stable-max of the puzzle loss) defines the policy, so sampling and log-probabilities
+are the textbook ones.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from trmkit.model.trm import TRM, input_dtype
+
+
+def encode(rows: list[list[int]], vocab_size: int, device) -> torch.Tensor:
+    """(N, L) token ids of equal-length rows (one (role, type) group)."""
+    return torch.tensor(rows, dtype=input_dtype(vocab_size), device=device)
+
+
+def response_logits(model: TRM, inputs: torch.Tensor, response_len: int) -> torch.Tensor:
+    """(N, R, V) float32 logits of the last `response_len` positions."""
+    B, L = inputs.shape
+    D = model.cfg.hidden_size
+    z_H = model.H_init.expand(B, L, D)
+    z_L = model.L_init.expand(B, L, D)
+    ids = torch.zeros(B, dtype=torch.int64, device=inputs.device)
+    with torch.no_grad():
+        for _ in range(model.cfg.halt_max_steps - 1):
+            z_H, z_L, _, _ = model(z_H, z_L, inputs, ids)
+    _, _, logits, _ = model(z_H, z_L, inputs, ids)
+    return logits[:, L - response_len:].float()
+
+
+def token_logprobs(logits: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """(N, R) log p_j(y_j)."""
+    return torch.gather(F.log_softmax(logits, dim=-1), -1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """(N,) mean entropy per response position, in nats."""
+    logp = F.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1).mean(-1)
+
+
+@torch.no_grad()
+def sample(model: TRM, inputs: torch.Tensor, response_len: int, chunk: int, autocast,
+           greedy: bool = False, generator: torch.Generator | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw responses in chunks of `chunk` rows: (responses (N, R) int64, log pi_old (N,), entropy (N,)).
+
+    The log-probabilities are kept with the rollout: the update divides by them, so no second
+    copy of the model is needed for pi_old."""
+    outs, logps, ents = [], [], []
+    for start in range(0, inputs.shape[0], max(1, chunk)):
+        rows = inputs[start:start + chunk]
+        with autocast():
+            logits = response_logits(model, rows, response_len)
+        if greedy:
+            resp = logits.argmax(-1)
+        else:
+            probs = F.softmax(logits, dim=-1)
+            resp = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:2])
+        outs.append(resp)
+        logps.append(token_logprobs(logits, resp).sum(-1))
+        ents.append(entropy(logits))
+    return torch.cat(outs), torch.cat(logps), torch.cat(ents)

@@ -1,0 +1,603 @@
+"""Running model-generated Python safely enough to reward it: a whitelist, then a limited worker.
+
+Generated code is hostile by default: a policy rewarded for passing tests will find any way to
+pass them. The defences, in the order a job meets them:
+
+1. ``check_source`` (in this process, before anything runs): an AST whitelist for one small
+   function of ints, bools and lists. No attributes, no names starting with ``_``, no imports,
+   no ``while``, no strings, no calls except to a dozen builtins (so no recursion either); see
+   its docstring for the full list. This is the security boundary: everything below assumes it.
+2. A separate worker process (``_worker.py``, standard library only) started with ``-I -S`` in
+   an empty directory with an empty environment, with resource limits (address space, no file
+   writes, no forks, CPU), builtins cut down to the same dozen names, and an audit hook that
+   refuses file, process, import and introspection events.
+3. Per job: a CPU timer inside the worker, a kernel CPU limit behind it, and a wall-clock limit
+   here, after which this process kills the worker and starts a fresh one. Every job runs twice
+   and a result that differs between the runs is reported as "nondeterministic".
+
+Every job gets exactly one ``Outcome``, in order, whatever happens to the worker; counts of
+every kind are kept in ``Sandbox.stats`` for the training log.
+
+Choices worth knowing: a ``for`` loop may run over a name or over any whitelisted call
+(``enumerate(x)``, ``zip(a, b)``), not only ``range``, because the call is checked anyway;
+``pass``/``break``/``continue`` are allowed; ``is`` is not (its answer on ints depends on the
+interpreter's caches); a name may not rebind a whitelisted builtin (``len = f`` would let
+``len(x)`` recurse) nor mention the function itself. Each run of a job gets ``cpu_seconds``.
+``Sandbox(check_ast=False)`` exists only for tests, see the class docstring.
+
+POSIX only (``resource``, ``select`` on pipes). Not thread-safe: one ``Sandbox`` per thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+WORKER = Path(__file__).with_name("_worker.py")
+
+# Calls a job may make; _worker.SAFE_NAMES is the same list (checked at the worker's handshake).
+ALLOWED_CALLS = frozenset({"abs", "all", "any", "enumerate", "len", "list", "max", "min",
+                           "range", "reversed", "sorted", "sum", "zip"})
+ALLOWED_KEYWORDS = frozenset({"reverse"})
+MAX_SOURCE_CHARS = 4000
+MAX_NODES = 400
+MAX_CONSTANT = 10**6
+MAX_ARG_ITEMS = 100_000  # list items in one job's arguments, all levels together
+RECURSION_LIMIT = 200   # frames in the worker; the job gets about 190 of them
+MAX_OPEN_FILES = 16     # the worker needs stdin, stdout, stderr and little else
+START_SECONDS = 10.0    # how long a new worker may take to say it is ready (slow, busy laptops)
+
+KINDS = ("ok", "rejected", "timeout", "memory", "recursion", "error",
+         "nondeterministic", "output", "crash")
+
+
+class UnsafeCode(ValueError):
+    """The source uses something outside the whitelist; the message names the line and what."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one job may use. Every job runs twice (the determinism check), each run with
+    its own ``cpu_seconds``; ``wall_seconds`` covers the whole job, both runs included."""
+
+    cpu_seconds: float = 1.0          # CPU time per run, enforced inside the worker
+    wall_seconds: float = 5.0         # wall-clock time per job; past it the worker is killed
+    memory_bytes: int = 512 * 2**20   # the worker's address space (RLIMIT_AS)
+    max_output_chars: int = 10_000    # length of the result written as JSON
+
+    def __post_init__(self):
+        if self.cpu_seconds <= 0:
+            raise ValueError(f"cpu_seconds must be > 0, got {self.cpu_seconds}")
+        if self.wall_seconds <= 2 * self.cpu_seconds:
+            raise ValueError(f"wall_seconds ({self.wall_seconds}) must exceed twice cpu_seconds "
+                             f"({self.cpu_seconds}): every job runs twice; raise wall_seconds")
+        if self.memory_bytes < 64 * 2**20:
+            raise ValueError(f"memory_bytes ({self.memory_bytes}) is below 64 MiB, too little "
+                             "for the Python worker to start; use at least 64 * 2**20")
+        if self.max_output_chars < 1:
+            raise ValueError(f"max_output_chars must be >= 1, got {self.max_output_chars}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """Call ``func`` (defined by ``source``) with ``args``: ints, bools and lists/tuples of them."""
+
+    source: str
+    func: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one job. ``value`` is set only when ok (tuples come back as lists)."""
+
+    kind: str  # one of KINDS: "ok" | "rejected" | "timeout" | "memory" | "recursion" | "error"
+    #            | "nondeterministic" | "output" | "crash"
+    value: Any = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+# --------------------------------------------------------------------------- the AST whitelist
+
+_STATEMENTS = (ast.FunctionDef, ast.Return, ast.Assign, ast.AugAssign, ast.If,
+               ast.For, ast.Pass, ast.Break, ast.Continue)
+_EXPRESSIONS = (ast.IfExp, ast.ListComp, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+                ast.Name, ast.Constant, ast.List, ast.Tuple, ast.Subscript, ast.Slice, ast.Call)
+_PARTS = (ast.arguments, ast.arg, ast.keyword, ast.comprehension, ast.Load, ast.Store,
+          ast.And, ast.Or)
+_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.Not,
+              ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
+_ALLOWED = _STATEMENTS + _EXPRESSIONS + _PARTS + _OPERATORS
+
+_SYMBOLS = {ast.Pow: "**", ast.Div: "/ (no floats: use //)", ast.MatMult: "@", ast.LShift: "<<",
+            ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^",
+            ast.Invert: "~", ast.UAdd: "unary +", ast.Is: "is (use ==)", ast.IsNot: "is not (use !=)"}
+_FORBIDDEN = {
+    ast.Import: "import", ast.ImportFrom: "import",
+    ast.While: "while loop (loops must be bounded: use for ... in range(...))",
+    ast.Lambda: "lambda", ast.GeneratorExp: "generator expression (use a list comprehension)",
+    ast.SetComp: "set comprehension", ast.DictComp: "dict comprehension",
+    ast.Global: "global statement", ast.Nonlocal: "nonlocal statement",
+    ast.Try: "try statement", ast.Raise: "raise statement", ast.With: "with statement",
+    ast.Delete: "del statement", ast.JoinedStr: "f-string", ast.FormattedValue: "f-string",
+    ast.ClassDef: "class definition", ast.AsyncFunctionDef: "async function",
+    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield",
+    ast.NamedExpr: "assignment expression (:=)", ast.Starred: "starred expression (*x)",
+    ast.Dict: "dict display", ast.Set: "set display", ast.Assert: "assert statement",
+    ast.Expr: "bare expression statement", ast.Del: "del statement",
+}
+
+
+def _describe(node: ast.AST) -> str:
+    """A readable name for a node outside the whitelist."""
+    if isinstance(node, ast.Attribute):
+        return f"attribute access (.{node.attr})"
+    if type(node) in _SYMBOLS:
+        return f"operator {_SYMBOLS[type(node)]}"
+    return _FORBIDDEN.get(type(node), f"{type(node).__name__} node")
+
+
+def _constant_problem(value: Any) -> str | None:
+    """Ints and bools only, ints within +-MAX_CONSTANT (bigger numbers must be computed)."""
+    if type(value) is bool:
+        return None
+    if type(value) is int:
+        if abs(value) > MAX_CONSTANT:
+            return f"integer constant {value} is out of range (|c| <= {MAX_CONSTANT})"
+        return None
+    kind = {str: "string", bytes: "bytes", float: "float", complex: "complex"}.get(type(value))
+    shown = repr(value) if len(repr(value)) <= 20 else repr(value)[:17] + "..."
+    return f"{kind or 'constant'} constant {shown} is not allowed (ints and bools only)"
+
+
+def _name_problem(name: str, func: str, store: bool) -> str | None:
+    """Names: no leading underscore, no self-reference (recursion), no shadowed builtins."""
+    if name.startswith("_"):
+        return f"name {name!r} is not allowed (names starting with '_' are reserved)"
+    if name == func:
+        return (f"name {name!r} is not allowed (the function may not refer to itself: "
+                "no recursion)")
+    if store and name in ALLOWED_CALLS:
+        return f"assignment to {name!r} is not allowed (it would shadow a builtin)"
+    return None
+
+
+def _targets_problem(target: ast.AST) -> str | None:
+    """Assignment and loop targets are plain names or a flat tuple/list of names."""
+    names = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+    if all(isinstance(n, ast.Name) for n in names):
+        return None
+    return ("assignment to anything but plain names is not allowed "
+            "(no x[i] = ..., no x.a = ..., no nested unpacking)")
+
+
+def _call_problem(node: ast.Call, func: str) -> str | None:
+    """Calls go to a whitelisted builtin, by name, with reverse= as the only keyword."""
+    name = node.func.id if isinstance(node.func, ast.Name) else None
+    if not isinstance(node.func, _ALLOWED) or (name and name.startswith("_")):
+        return None  # the callee (an attribute, a lambda, a _name) reports itself, more precisely
+    if name is None:
+        return "calling a computed expression is not allowed (call a builtin by name)"
+    if name == func:
+        return f"call to {name!r} is not allowed (the function may not call itself: no recursion)"
+    if name not in ALLOWED_CALLS:
+        return f"call to {name!r} is not allowed (allowed: {', '.join(sorted(ALLOWED_CALLS))})"
+    for kw in node.keywords:
+        if kw.arg not in ALLOWED_KEYWORDS:
+            shown = "**" if kw.arg is None else f"{kw.arg}="
+            return f"keyword argument {shown} is not allowed (only reverse=)"
+    return None
+
+
+def _signature_problem(fn: ast.FunctionDef) -> str | None:
+    """Plain positional parameters only: a default would be state shared between calls."""
+    a = fn.args
+    if fn.decorator_list:
+        return "decorators are not allowed"
+    if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults:
+        return "only plain positional parameters are allowed (no defaults, *args, **kwargs, /, *)"
+    if fn.returns or any(arg.annotation for arg in a.args) or getattr(fn, "type_params", None):
+        return "annotations are not allowed"
+    return None
+
+
+def _node_problem(node: ast.AST, fn: ast.FunctionDef) -> str | None:
+    """The local rule for one node; None when it is allowed."""
+    if not isinstance(node, _ALLOWED):
+        return f"{_describe(node)} is not allowed"
+    if isinstance(node, ast.FunctionDef):
+        return "nested function definition is not allowed" if node is not fn else _signature_problem(node)
+    if isinstance(node, ast.Name):
+        return _name_problem(node.id, fn.name, isinstance(node.ctx, ast.Store))
+    if isinstance(node, ast.arg):
+        return _name_problem(node.arg, fn.name, store=True)
+    if isinstance(node, ast.Constant):
+        return _constant_problem(node.value)
+    if isinstance(node, ast.Call):
+        return _call_problem(node, fn.name)
+    if isinstance(node, ast.Assign):
+        return next(filter(None, map(_targets_problem, node.targets)), None)
+    if isinstance(node, ast.AugAssign) and not isinstance(node.target, ast.Name):
+        return "augmented assignment to anything but a plain name is not allowed"
+    if isinstance(node, ast.comprehension) and node.is_async:
+        return "async comprehension is not allowed"
+    if isinstance(node, ast.For) and not isinstance(node.iter, (ast.Name, ast.Call)):
+        return "a for loop must run over a name or a call such as range(...)"
+    if isinstance(node, (ast.For, ast.comprehension)):
+        return _targets_problem(node.target)
+    if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+        return "assignment to a subscript is not allowed (build a new list instead)"
+    return None
+
+
+def _single_function(tree: ast.Module, func: str | None) -> ast.FunctionDef:
+    """The module must be exactly one function definition (named ``func`` when given)."""
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        extra = [s for s in tree.body if not isinstance(s, ast.FunctionDef)] or tree.body[1:]
+        where = f"line {extra[0].lineno}: " if extra else ""
+        raise UnsafeCode(f"{where}the source must define exactly one function and nothing else "
+                         f"(found {len(tree.body)} top-level statements)")
+    fn = tree.body[0]
+    if func is not None and fn.name != func:
+        raise UnsafeCode(f"line {fn.lineno}: the function is named {fn.name!r}, "
+                         f"but the job calls {func!r}")
+    return fn
+
+
+def check_source(source: str, func: str | None = None) -> None:
+    """Raise UnsafeCode unless ``source`` is one whitelisted function (named ``func`` if given).
+
+    Allowed: one ``def`` with plain positional parameters; return, assignment to names (or a
+    tuple of names), augmented assignment, if/else, ``x if c else y``, for over a name or a
+    call (``range(...)``), list comprehensions with ifs, pass/break/continue; + - * // %,
+    unary - and not, and/or, == != < <= > >= in, not in; int and bool constants within
+    +-10**6; lists, tuples, subscripts and slices (with step); calls to the builtins in
+    ALLOWED_CALLS, with ``reverse=`` as the only keyword.
+    Everything else is refused with the line and the construct named, e.g.
+    ``line 2: attribute access (.__class__) is not allowed``.
+    """
+    if not isinstance(source, str):
+        raise UnsafeCode(f"source must be a str, got {type(source).__name__}")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise UnsafeCode(f"source is {len(source)} chars, more than {MAX_SOURCE_CHARS}")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise UnsafeCode(f"line {e.lineno}: syntax error: {e.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise UnsafeCode(f"source cannot be parsed: {type(e).__name__}: {e}") from None
+    count = sum(1 for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
+    if count > MAX_NODES:
+        raise UnsafeCode(f"source has {count} AST nodes, more than {MAX_NODES}")
+    fn = _single_function(tree, func)
+    problem = _first_problem(fn)
+    if problem:
+        raise UnsafeCode(problem)
+
+
+def _first_problem(fn: ast.FunctionDef) -> str | None:
+    """Check every node of the function; report the problem that comes first in the text."""
+    problems = []  # (position, visit order, message)
+    stack = [(fn, (fn.lineno, 0))]
+    while stack:
+        node, where = stack.pop()
+        where = _position(node, where)
+        problem = _node_problem(node, fn)
+        if problem:  # an ancestor is visited before its descendants, so it wins a tie
+            problems.append((where, len(problems), problem))
+        stack.extend((child, where) for child in ast.iter_child_nodes(node))
+    if not problems:
+        return None
+    (line, _), _, problem = min(problems)
+    return f"line {line}: {problem}"
+
+
+def _position(node: ast.AST, parent: tuple[int, int]) -> tuple[int, int]:
+    """(line, column) where a node shows in the text; nodes without one (operators) take their
+    parent's. An attribute is placed at its name, so in ``().__class__.__bases__`` the
+    ``.__class__`` comes first."""
+    if isinstance(node, ast.Attribute) and node.end_lineno is not None:
+        return node.end_lineno, node.end_col_offset - len(node.attr)
+    if not hasattr(node, "lineno"):
+        return parent
+    return node.lineno, node.col_offset
+
+
+def _args_problem(args: Any) -> str | None:
+    """Arguments, like results, are ints, bools and (nested) lists/tuples of them, and must
+    be writable as JSON (no int with more than 4300 digits)."""
+    if not isinstance(args, (tuple, list)):
+        return f"args must be a tuple, got {type(args).__name__}"
+    stack, items = [args], 0
+    while stack:
+        v = stack.pop()
+        if type(v) in (list, tuple):
+            items += len(v)
+            if items > MAX_ARG_ITEMS:  # also ends a list that contains itself
+                return f"args hold more than {MAX_ARG_ITEMS} items"
+            stack.extend(v)
+        elif type(v) not in (int, bool):
+            return f"unsupported argument type {type(v).__name__} (ints, bools, lists, tuples)"
+    try:
+        json.dumps(list(args))
+    except ValueError as e:
+        return f"args cannot be written as JSON: {str(e)[:100]}"
+    return None
+
+
+# --------------------------------------------------------------------------- the worker process
+
+
+class _WorkerGone(Exception):
+    """The worker died, broke the protocol or ran past the wall clock; the message says which."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the worker's process group and reap it, so no zombie is left (idempotent)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a process in uninterruptible sleep
+        pass
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _exit_reason(returncode: int | None) -> str:
+    """Why a worker process ended, in words."""
+    if returncode is None:
+        return "the worker stopped answering"
+    if returncode >= 0:
+        return f"the worker exited with code {returncode}"
+    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+    why = {"SIGXCPU": "its CPU limit (RLIMIT_CPU backstop) was reached",
+           "SIGKILL": "killed (out-of-memory killer, or by hand)",
+           "SIGSEGV": "segmentation fault", "SIGABRT": "aborted (often out of memory)",
+           "SIGXFSZ": "it tried to write a file"}.get(name, "")
+    return f"the worker was killed by {name}" + (f": {why}" if why else "")
+
+
+class _Worker:
+    """One worker process and its pipes: send a job line, read one reply line by a deadline."""
+
+    def __init__(self, limits: Limits, cwd: str):
+        config = {"memory_bytes": limits.memory_bytes, "cpu_seconds": limits.cpu_seconds,
+                  "max_output_chars": limits.max_output_chars,
+                  "recursion_limit": RECURSION_LIMIT, "max_open_files": MAX_OPEN_FILES}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WORKER), json.dumps(config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # -I -S and an empty environment: Python itself needs no variables, and the worker
+            # must see no PYTHONPATH, site-packages or secrets. Its own session, so the whole
+            # process group can be killed.
+            close_fds=True, cwd=cwd, env={}, start_new_session=True)
+        # Killed when it is replaced, closed, garbage-collected or at interpreter exit.
+        self._finalizer = weakref.finalize(self, _stop, self.proc)
+        self._buffer = bytearray()
+        self._max_reply = 4 * limits.max_output_chars + 4096
+        try:
+            self.ready = json.loads(self.read_line(time.monotonic() + START_SECONDS))
+        except (_WorkerGone, ValueError) as e:
+            self.stop()
+            raise RuntimeError(f"the sandbox worker did not start ({e}); check that "
+                               f"{sys.executable} -I -S {WORKER} runs") from None
+        if set(self.ready.get("builtins", ())) != ALLOWED_CALLS:
+            self.stop()
+            raise RuntimeError("_worker.SAFE_NAMES and sandbox.ALLOWED_CALLS differ: keep them equal")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        self._finalizer()
+
+    def send(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read_line(self, deadline: float) -> bytes:
+        """One line from the worker's stdout, or _WorkerGone at EOF, overflow or deadline."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _WorkerGone("timeout", "wall-clock limit exceeded: the worker was killed")
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise _WorkerGone("crash", self.death_reason())
+            self._buffer += chunk
+            if len(self._buffer) > self._max_reply:
+                raise _WorkerGone("crash", "the worker wrote a reply longer than allowed")
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return line
+
+    def pending(self) -> bool:
+        """Whether the worker wrote anything beyond the reply just read (EOF is not output:
+        a worker that died after replying is noticed before the next job)."""
+        if not self._buffer and select.select([self.proc.stdout], [], [], 0)[0]:
+            self._buffer += os.read(self.proc.stdout.fileno(), 65536)
+        return bool(self._buffer)
+
+    def death_reason(self) -> str:
+        """Exit code or signal, plus the end of whatever the worker wrote to stderr."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        tail = b""
+        if code is not None and select.select([self.proc.stderr], [], [], 0)[0]:
+            tail = os.read(self.proc.stderr.fileno(), 65536)[-300:]
+        text = tail.decode(errors="replace").strip().replace("\n", " | ")
+        return _exit_reason(code) + (f" (stderr: {text})" if text else "")
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+class Sandbox:
+    """Run jobs in a limited worker process, one outcome per job, in order.
+
+    ``check_ast`` exists ONLY so tests can show what the process limits contain on their own.
+    It must NEVER be False for model output: without the whitelist a program can reach the
+    interpreter's internals (``len.__self__`` is the builtins module), forge its own reply or
+    burn the wall-clock limit, and the audit hook and resource limits are then the only walls.
+    """
+
+    def __init__(self, limits: Limits = Limits(), check_ast: bool = True):
+        self.limits = limits
+        self.check_ast = check_ast
+        self.stats: dict[str, int] = {"jobs": 0, **{k: 0 for k in KINDS},
+                                      "worker_starts": 0, "worker_restarts": 0}
+        self.worker_info: dict = {}  # the last worker's handshake: limits set, notes
+        self._dir = tempfile.TemporaryDirectory(prefix="trmkit-sandbox-")
+        self._worker: _Worker | None = None
+        self._next_id = 0
+        self._checked: dict[tuple[str, str], str | None] = {}  # source -> problem, bounded
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The current worker's process id (None before the first job and after close)."""
+        return self._worker.pid if self._worker else None
+
+    def close(self) -> None:
+        """Kill the worker and remove its directory; the sandbox restarts a worker if used again."""
+        if self._worker:
+            self._worker.stop()
+            self._worker = None
+        self._dir.cleanup()
+
+    def run(self, jobs: Sequence[Job]) -> list[Outcome]:
+        """One Outcome per job, in job order; a dead or stuck worker is replaced between jobs."""
+        outcomes = []
+        for job in jobs:
+            outcome = self._precheck(job) or self._execute(job)
+            self.stats["jobs"] += 1
+            self.stats[outcome.kind] += 1
+            outcomes.append(outcome)
+        return outcomes
+
+    def _precheck(self, job: Job) -> Outcome | None:
+        """Reject in this process what must never reach the worker."""
+        if not isinstance(job.func, str) or not job.func.isidentifier():
+            return Outcome("rejected", reason=f"func must be a function name, got {job.func!r}")
+        if not isinstance(job.source, str):
+            return Outcome("rejected", reason=f"source must be a str, got {type(job.source).__name__}")
+        problem = _args_problem(job.args)
+        if problem is None and self.check_ast:
+            problem = self._source_problem(job.source, job.func)
+        return Outcome("rejected", reason=problem) if problem else None
+
+    def _source_problem(self, source: str, func: str) -> str | None:
+        """check_source, remembered: self-play asks about the same program many times."""
+        key = (source, func)
+        if key not in self._checked:
+            if len(self._checked) >= 4096:
+                self._checked.clear()
+            try:
+                check_source(source, func)
+                self._checked[key] = None
+            except UnsafeCode as e:
+                self._checked[key] = str(e)
+        return self._checked[key]
+
+    def _live_worker(self) -> _Worker:
+        """The current worker, replaced first if it died since the last job."""
+        if self._worker is not None and not self._worker.alive():
+            self._discard_worker()
+        if self._worker is None:
+            if not Path(self._dir.name).is_dir():  # removed by close()
+                self._dir = tempfile.TemporaryDirectory(prefix="trmkit-sandbox-")
+            self._worker = _Worker(self.limits, self._dir.name)
+            self.worker_info = self._worker.ready
+            self.stats["worker_starts"] += 1
+        return self._worker
+
+    def _execute(self, job: Job) -> Outcome:
+        """Send one job and wait for its reply; on any failure kill the worker and say why.
+
+        The job id carries a random part, so a program that reached the worker's stdout
+        (impossible through the whitelist) still could not guess the id of a forged reply."""
+        self._next_id += 1
+        job_id = f"{self._next_id}-{secrets.token_hex(8)}"
+        worker = self._send({"id": job_id, "source": job.source, "func": job.func,
+                             "args": list(job.args)})
+        try:
+            reply = json.loads(worker.read_line(time.monotonic() + self.limits.wall_seconds))
+            if not isinstance(reply, dict) or reply.get("id") != job_id \
+                    or reply.get("kind") not in KINDS or reply.get("kind") == "rejected":
+                raise _WorkerGone("crash", "the worker sent a reply that breaks the protocol")
+            if worker.pending():
+                raise _WorkerGone("crash", "the worker wrote more than one reply for one job")
+        except (_WorkerGone, ValueError) as e:
+            kind, reason = (e.kind, e.reason) if isinstance(e, _WorkerGone) else \
+                ("crash", "the worker sent a line that is not JSON")
+            if kind == "timeout":
+                reason = (f"wall-clock limit of {self.limits.wall_seconds:g} s exceeded: "
+                          "the worker was killed")
+            self._discard_worker()
+            return Outcome(kind, reason=reason)
+        if reply["kind"] == "ok":
+            return Outcome("ok", value=reply.get("value"))
+        return Outcome(reply["kind"], reason=str(reply.get("reason", "")))
+
+    def _send(self, message: dict) -> _Worker:
+        """Write the job to a live worker. One that died after the liveness check, before
+        reading the job, is replaced and the job sent again: it cannot have run."""
+        for attempt in range(2):
+            worker = self._live_worker()
+            try:
+                worker.send(message)
+                return worker
+            except OSError:  # BrokenPipeError: the worker is gone
+                if attempt:
+                    raise
+                self._discard_worker()
+        raise AssertionError("unreachable")
+
+    def _discard_worker(self) -> None:
+        """Kill and reap the current worker; the next job starts a fresh one."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+            self.stats["worker_restarts"] += 1
