@@ -144,6 +144,7 @@ def _add_rl(p: argparse.ArgumentParser) -> None:
 def _run_rl(args: argparse.Namespace) -> int:
     from trmkit.rl import commands
 
+    args.cache_dir = _cache_dir()  # the environment is read here only
     return commands.run(args)
 
 

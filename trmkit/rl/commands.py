@@ -79,7 +79,7 @@ def run_training(args: argparse.Namespace) -> int:
     objective, cfg = make_objective(args.rl_command, cfg)
     try:
         budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
-        session = loop.prepare(cfg, hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget,
+        session = loop.prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, budget_bytes=budget,
                                objective=objective)
         if args.init and not checkpoint.list_checkpoints(session.cfg.run.dir):  # a resumed run has its own
             init_from(session, Path(args.init))
@@ -100,7 +100,7 @@ def run_eval(args: argparse.Namespace) -> int:
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
     try:
-        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(), objective=objective)
+        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
         loop.load_weights(session, run_dir)
         result = loop.run_eval(session, log=log)
     finally:
@@ -111,9 +111,3 @@ def run_eval(args: argparse.Namespace) -> int:
         for key, value in result.items():
             print(f"{key:28s} {value:.4f}" if isinstance(value, float) else f"{key:28s} {value}")
     return 0
-
-
-def _cache_dir() -> Path:
-    import os
-
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trmkit"

@@ -7,7 +7,6 @@ that depend on the code alone are cached (a crashed or killed worker is not).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from trmkit.rl import programs as P
@@ -37,7 +36,6 @@ class Executor:
     def __init__(self, limits: Limits | None = None, cache_bytes: int = 64 * 2**20):
         self.sandbox = Sandbox(limits or Limits())
         self.cache = ByteLRU(cache_bytes)
-        self.rejects: Counter[str] = Counter()  # why results were not usable, by kind
 
     def close(self) -> None:
         self.sandbox.close()
@@ -47,19 +45,18 @@ class Executor:
         (a traced program's, a list of such lists)."""
         keys = [(src, tuple(inp)) for src, inp in calls]
         found: dict = {}
-        for key in dict.fromkeys(keys):
+        missing = []
+        for key in dict.fromkeys(keys):  # each distinct call once
             hit = self.cache.get(key)
-            if hit is not None:
+            if hit is None:
+                missing.append(key)
+            else:
                 found[key] = hit
-        todo = [k for k in dict.fromkeys(keys) if k not in found]
-        if todo:
-            outcomes = self.sandbox.run([Job(src, "f", (list(inp),)) for src, inp in todo])
-            for key, out in zip(todo, outcomes):
-                found[key] = self._result(out)
-                if out.kind != "crash":  # a killed worker says nothing about the code
-                    self.cache.put(key, found[key])
-                if not found[key].ok:
-                    self.rejects[out.kind if not out.ok else "not a digit list"] += 1
+        outcomes = self.sandbox.run([Job(src, "f", (list(inp),)) for src, inp in missing]) if missing else []
+        for key, out in zip(missing, outcomes):
+            found[key] = self._result(out)
+            if out.kind != "crash":  # a killed worker says nothing about the code
+                self.cache.put(key, found[key])
         return [found[k] for k in keys]
 
     @staticmethod

@@ -129,6 +129,9 @@ class CodeObjective:
         self.counts: Counter[str] = Counter()
 
     def close(self) -> None:
+        """Stop the sandbox's worker, and report what was counted and skipped along the way."""
+        if self.counts:
+            self.log("rl: counted and skipped: " + "; ".join(f"{k} x{v}" for k, v in self.counts.most_common()))
         self.executor.close()
 
     # ---- the Objective protocol ---------------------------------------------------------------
@@ -236,12 +239,12 @@ class SeedObjective(CodeObjective):
     def examples(self, n: int) -> list[tuple[str, str, list[int], list[int], list[float]]]:
         """(role, kind, prompt row, target response, weights) for n generated examples."""
         rl = self.cfg.rl
-        shares = np.array([rl.seed_share_solve, rl.seed_share_propose, rl.seed_share_critique], dtype=float)
-        roles = ["solve", "propose", "critique"]
+        shares = [rl.seed_share_solve, rl.seed_share_propose, rl.seed_share_critique]
+        if sum(shares) <= 0:
+            shares = [1.0, 0.0, 0.0]
         out = []
         for _ in range(n):
-            role = roles[int(np.searchsorted(np.cumsum(shares / shares.sum()), self.rng.random(), side="right"))
-                         if shares.sum() > 0 else 0]
+            role = self.rng.choices(("solve", "propose", "critique"), weights=shares)[0]
             kind = P.TYPES[self.rng.randrange(len(P.TYPES))]
             out.append(getattr(self, f"_{role}_example")(kind))
         return out
@@ -303,7 +306,6 @@ class SeedObjective(CodeObjective):
         return tuple(values)
 
     def groups(self, examples, device) -> list[Group]:
-        by_role = Counter(e[0] for e in examples)
         out = []
         for role in P.ROLES:
             for kind in P.TYPES:
@@ -314,7 +316,6 @@ class SeedObjective(CodeObjective):
                                  torch.tensor([e[3] for e in sel], dtype=torch.int64, device=device),
                                  scale=1.0 / len(examples),
                                  weights=torch.tensor([e[4] for e in sel], dtype=torch.float32, device=device)))
-        del by_role
         return out
 
 
