@@ -23,7 +23,7 @@ model: {mixer: attention, hidden_size: 32, num_heads: 2, L_layers: 1, H_cycles: 
 train: {batch_size: 12, max_steps: 4, lr: 3e-3, warmup_steps: 1, ema_decay: 0.0, optimizer: adamw,
         checkpoint_every: 1, checkpoint_minutes: 0, keep_checkpoints: 5, log_every: 1, micro_batch: 6,
         best_metric: solve_rate}
-rl: {proposals_per_type: 2, tasks_per_type: 2, attempts: 2, critiques_per_type: 2, heldout_per_type: 4,
+rl: {proposals_per_type: 2, tasks_per_type: 3, env_tasks_per_type: 1, attempts: 2, critiques_per_type: 2, heldout_per_type: 4,
      update_epochs: 2}
 """
 
@@ -115,7 +115,7 @@ def test_bench_rl_reports_rollout_and_update_throughput(seeded):
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["rollout_tokens_per_s"] > 0 and r["update_tokens_per_s"] > 0
-    assert r["samples_per_round"] == 3 * (2 + 2 * 2 + 2) and 0 < r["peak_rss_gb"] < 8
+    assert r["samples_per_round"] == 3 * (2 + 3 * 2 + 2)  # per type: proposals, tasks x attempts, critiques and 0 < r["peak_rss_gb"] < 8
 
 
 def test_seeding_raises_the_held_out_solve_rate_by_execution():

@@ -129,7 +129,9 @@ class RLConfig:
     """Self-play reinforcement learning (TR-RPG) and its seeding: `trmkit rl` (docs/rl.md)."""
 
     proposals_per_type: int = 8  # proposer samples per task type per step
-    tasks_per_type: int = 16  # tasks the solver attempts per type per step (fresh proposals, then the buffer)
+    tasks_per_type: int = 16  # tasks the solver attempts per type per step (fresh proposals, generated, buffer)
+    env_tasks_per_type: int = 8  # of those, drawn fresh from the task generator (seeding's lengths), so the
+    # solver keeps practising the environment's tasks whatever the proposer drifts to (docs/rl.md)
     attempts: int = 4  # k: solver attempts per task; the proposer's reward uses their solve rate
     critiques_per_type: int = 16  # solver answers the critique judges per type per step
     update_epochs: int = 2  # optimizer updates per rollout batch (w = pi_theta / pi_old moves from 1 after the first)
@@ -158,9 +160,12 @@ class RLConfig:
                      "heldout_per_type"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
-        if self.proposals_per_type > self.tasks_per_type:
-            raise ConfigError(f"rl.proposals_per_type={self.proposals_per_type} > rl.tasks_per_type="
-                              f"{self.tasks_per_type}: every fresh proposal is solved, so raise rl.tasks_per_type")
+        if self.env_tasks_per_type < 0:
+            raise ConfigError(f"rl.env_tasks_per_type must be >= 0, got {self.env_tasks_per_type}")
+        if self.proposals_per_type + self.env_tasks_per_type > self.tasks_per_type:
+            raise ConfigError(f"rl.proposals_per_type={self.proposals_per_type} + rl.env_tasks_per_type="
+                              f"{self.env_tasks_per_type} > rl.tasks_per_type={self.tasks_per_type}: every fresh "
+                              "proposal and generated task is solved, so raise rl.tasks_per_type")
         if self.t_max < 2:
             raise ConfigError("rl.t_max must be >= 2 (the length reward divides by log(t_max))")
         if self.log_ratio_clip <= 0:

@@ -9,8 +9,8 @@ solver responses, so that self-play starts from well-formed outputs in every rol
 `SelfPlayObjective`: one self-play round per trainer step, top to bottom:
   1. propose: per task type, the proposer writes tasks (a reference task from the buffer in
      its prompt); the executor runs each twice (determinism) inside the sandbox;
-  2. solve: k attempts at every fresh valid proposal, then at buffer tasks up to
-     rl.tasks_per_type; each answer is checked by execution;
+  2. solve: k attempts at every fresh valid proposal, at rl.env_tasks_per_type tasks fresh from
+     the generator, then at buffer tasks up to rl.tasks_per_type; each answer is checked by execution;
   3. critique: the critique judges some of the solver's answers (verdict + 0-5 score);
   4. rewards (rl/rewards.py), advantages = reward minus the running (type x role) baseline,
      divided by its running std (Welford);
@@ -446,8 +446,9 @@ class SelfPlayObjective(CodeObjective):
         """k attempts per task; rewards for the solver and (from the solve rates) the proposer."""
         rl, attempts = self.cfg.rl, {}
         for kind in P.TYPES:
-            tasks = [task for _, task in fresh[kind] if task is not None][:rl.tasks_per_type]
+            tasks = [task for _, task in fresh[kind] if task is not None]
             n_fresh = len(tasks)
+            tasks += [self.fresh_task(kind) for _ in range(rl.env_tasks_per_type)]
             while len(tasks) < rl.tasks_per_type:
                 tasks.append(self.buffer[kind][self.rng.randrange(len(self.buffer[kind]))])
             tries = [task for task in tasks for _ in range(rl.attempts)]
