@@ -14,7 +14,7 @@ LAYER = {
     "trmkit.train": 3,
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
-    "trmkit.cli": 5,
+    "trmkit.cli": 5, "trmkit.__main__": 6,
 }
 SIBLINGS_APART = [("trmkit.model", "trmkit.data")]
 

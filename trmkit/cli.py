@@ -70,22 +70,60 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR from its newest valid checkpoint")
     p.add_argument("--memory-budget", default=None,
-                   help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget)")
+                   help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget); "
+                        "with several processes on one machine, theirs together")
+    p.add_argument("--nproc", type=int, default=0, metavar="N",
+                   help="train with N processes on this machine: runs `torchrun --standalone --nproc-per-node N "
+                        "-m trmkit train ...` (docs/distributed.md)")
 
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
     return config_mod.load_for_run(args.config, args.overrides, args.resume, "configs/sudoku-laptop.yaml")
 
 
+def _launch(nproc: int) -> int:
+    """`trmkit train --nproc N ...`: the same command under torchrun, N processes on this machine."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: give the number of processes, 1 or more")
+    rest, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "trmkit", *rest]
+    print("launch: " + " ".join(cmd[1:]), flush=True)
+    os.execv(sys.executable, cmd)
+    return 0  # not reached
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from trmkit import hardware, plan
-    from trmkit.train import loop
+    from trmkit.train import distributed, loop
 
+    world = distributed.world_from_env(os.environ)
+    if args.nproc and not world.active:
+        return _launch(args.nproc)
     budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
     cfg = _train_config(args)
-    session = loop.prepare(cfg, hardware.probe(), cache_dir=_cache_dir(), budget_bytes=budget,
-                           scorer=_task_scorer(cfg))
-    loop.train(session, is_tty=sys.stdout.isatty())
+    log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
+    try:
+        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(), budget_bytes=budget,
+                               scorer=_task_scorer(cfg), world=world)
+        loop.train(session, is_tty=sys.stdout.isatty() and world.main, log=log)
+    except RuntimeError as err:
+        if not (world.active and distributed.is_peer_failure(err)):
+            raise
+        print(f"trmkit train: rank {world.rank}: another process of this run stopped or stopped answering "
+              f"({str(err).splitlines()[0][:160]}); this one stops too. The newest checkpoint in "
+              f"{cfg.run.dir}/checkpoints is intact: resume with `torchrun --nproc-per-node {world.local_size} "
+              f"-m trmkit train --resume {cfg.run.dir}`", file=sys.stderr, flush=True)
+        return 3
+    finally:
+        distributed.stop()
     return 0
 
 

@@ -670,9 +670,16 @@ def choose_device(requested: str, hw: HardwareInfo) -> Choice:
     return Choice("cpu", "no CUDA device found")
 
 
-def choose_threads(requested: int, hw: HardwareInfo) -> tuple[Choice, Choice]:
-    """Intra-op threads (one per usable core) and inter-op threads (1)."""
+def choose_threads(requested: int, hw: HardwareInfo, ranks_here: int = 1) -> tuple[Choice, Choice]:
+    """Intra-op threads (one per usable core, the cores shared by the ranks on this machine) and
+    inter-op threads (1)."""
     cores = hw.cpu.effective_cores
+    if requested <= 0 and ranks_here > 1:
+        share = max(1, cores // ranks_here)
+        extra = "; fewer cores than processes, so they will wait on each other" if cores < ranks_here else ""
+        intra = Choice(share, f"the {cores} usable cores ({hw.cpu.effective_source}) shared by the "
+                              f"{ranks_here} processes on this machine{extra}")
+        return intra, Choice(1, "a step is one chain of dependent ops: a second pool would only compete for the cores")
     if requested > 0:
         extra = f"; more than the {cores} usable cores, so threads will wait on each other" \
             if requested > cores else ""
@@ -1008,17 +1015,23 @@ def check_sequence(cfg: Config, saved_config: dict | None) -> None:
 
 def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
               cache_dir: str | Path | None = None, log: Log = print, calibrate: bool = False,
-              saved_config: dict | None = None) -> Plan:
+              saved_config: dict | None = None, world: int = 1, ranks_here: int = 1) -> Plan:
     """Resolve every 'auto' setting of cfg for this machine; log each choice with its reason.
 
     budget_bytes overrides run.memory_budget; cache_dir keeps measurements (dtype speed,
     calibration, compile) between runs; calibrate=True measures two real steps to fit the
-    memory model; saved_config is the config stored in a checkpoint being resumed."""
+    memory model; saved_config is the config stored in a checkpoint being resumed.
+    world > 1: the plan of one of `world` processes (train/distributed.py): cfg.train.batch_size
+    holds this process's share of the global batch, and the cores and memory of this machine
+    are shared by `ranks_here` processes."""
     check_sequence(cfg, saved_config)
     device = choose_device(cfg.run.device, hw)
-    threads, interop = choose_threads(cfg.run.threads, hw)
+    threads, interop = choose_threads(cfg.run.threads, hw, ranks_here)
     on_gpu = device.value == "cuda"
     budget = choose_budget(hw, cfg.run.memory_budget, budget_bytes, on_gpu)
+    if ranks_here > 1 and not on_gpu:  # a GPU per process: its own memory
+        budget = Choice(budget.value // ranks_here, f"{budget.reason}, shared by the {ranks_here} processes on "
+                                                    f"this machine: {format_bytes(budget.value // ranks_here)} each")
     speeds, bench = (None, 1) if on_gpu else speed_table(cfg, hw, threads.value, device.value,
                                                          _dtypes_to_time(cfg, hw), cache_dir, log)
     dtype = choose_dtype(cfg, hw, device.value, speeds, bench)
@@ -1034,7 +1047,10 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
     mc = MemoryContext(dtype.value, baseline, calib, cfg.train.ema_decay > 0, planned, budget.value)
     micro, ckpt = choose_micro_batch(cfg, mc, device.value)
     accumulation = Choice(cfg.train.batch_size // micro.value,
-                          f"keeps the global batch of {cfg.train.batch_size}: {cfg.train.batch_size} / {micro.value}")
+                          f"keeps the global batch of {cfg.train.batch_size}: {cfg.train.batch_size} / {micro.value}"
+                          if world == 1 else
+                          f"keeps the global batch of {cfg.train.batch_size * world}: {world} processes x "
+                          f"{cfg.train.batch_size} slots each, {cfg.train.batch_size} / {micro.value} micro-batches")
     eval_batch = choose_eval_batch(cfg, mc, micro.value, ckpt.value)
     step_s = step_seconds(cfg.model, speeds[dtype.value], bench, cfg.train.batch_size, ckpt.value) \
         if speeds else None

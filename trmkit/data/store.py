@@ -479,12 +479,22 @@ class SampleStream:
     (augmentation) of each group and one random example of that puzzle from
     the same generator. Only the chosen rows of the memory-mapped arrays
     are read.
+
+    With several processes (rank of world), a stream serves only the epoch's
+    positions rank, rank + world, rank + 2 * world, ...: the shares of one
+    epoch are disjoint and their union is exactly the single-process epoch.
     """
 
-    def __init__(self, split: Split, seed: int) -> None:
+    def __init__(self, split: Split, seed: int, rank: int = 0, world: int = 1) -> None:
         if split.num_groups < 1:
             raise StoreError(f"{split.path}: split has no groups to sample from; {_REBUILD_HINT}")
+        if not 0 <= rank < world:
+            raise ValueError(f"need 0 <= rank < world, got rank {rank} of {world}")
+        if split.num_groups < world:
+            raise StoreError(f"{split.path}: {split.num_groups} groups cannot be shared by {world} processes "
+                             "(each needs at least one); build a larger store or use fewer processes")
         self._split = split
+        self._rank, self._world = rank, world
         self._groups = np.asarray(split.group_indices, dtype=np.int64)  # (G+1,), small
         self._seed = _check_seed(seed)
         self._epoch = 0
@@ -499,31 +509,57 @@ class SampleStream:
         return self._epoch
 
     @property
+    def share(self) -> int:
+        """Positions of each epoch this stream serves (all of them in a single process)."""
+        return len(range(self._rank, self._split.num_groups, self._world))
+
+    @property
     def samples_served(self) -> int:
         """Samples returned since epoch 0, index 0."""
-        return self._epoch * self._split.num_groups + self._index
+        return self._epoch * self.share + self._index
 
     def state_dict(self) -> dict[str, int]:
         """Position in the stream; :meth:`load_state_dict` resumes from it exactly."""
-        return {"epoch": self._epoch, "index": self._index, "seed": self._seed}
+        state = {"epoch": self._epoch, "index": self._index, "seed": self._seed}
+        if self._world > 1:
+            state.update(rank=self._rank, world=self._world)
+        return state
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume at a position saved by :meth:`state_dict`."""
+        """Resume at a position saved by :meth:`state_dict` (by the same rank of the same world)."""
         epoch, index = int(state["epoch"]), int(state["index"])
-        if epoch < 0 or not 0 <= index < self._split.num_groups:
+        if epoch < 0 or not 0 <= index < self.share:
             raise ValueError(
                 f"stream state {dict(state)} does not fit a split with {self._split.num_groups} groups; "
                 "was the dataset rebuilt since the checkpoint?"
             )
+        saved = (int(state.get("rank", 0)), int(state.get("world", 1)))
+        if saved != (self._rank, self._world):
+            raise ValueError(f"stream state of rank {saved[0]} of {saved[1]} loaded into rank {self._rank} "
+                             f"of {self._world}; use position_for() to move a position to another world size")
         self._seed = _check_seed(int(state["seed"]))
         self._epoch, self._index = epoch, index
         self._plan_epoch = -1
+
+    def position_for(self, states: list[Mapping[str, int]]) -> dict[str, int]:
+        """This stream's state when the run was saved by another number of processes (`states`, one
+        per old rank): the earliest epoch any old rank was in, from the first position of it that some
+        old rank had not yet served. Samples past it that other old ranks had served come again."""
+        epoch = min(int(st["epoch"]) for st in states)
+        old_world = len(states)
+        # old rank r served positions r, r + W, ... below index * W + r of its epoch
+        served = [int(st["index"]) * old_world + int(st.get("rank", i)) if int(st["epoch"]) == epoch else None
+                  for i, st in enumerate(states)]
+        first_open = min(s for s in served if s is not None)  # every position below it was served
+        index = min(self.share - 1, -(-max(0, first_open - self._rank) // self._world))
+        return {"epoch": epoch, "index": index, "seed": int(states[0]["seed"]),
+                **({"rank": self._rank, "world": self._world} if self._world > 1 else {})}
 
     def take(self, k: int) -> Batch:
         """The next ``k`` samples, crossing epoch boundaries as needed."""
         if k < 0:
             raise ValueError(f"take(k) needs k >= 0, got {k}")
-        groups = self._split.num_groups
+        groups = self.share
         rows, puzzles = [], []
         while k > 0:
             self._ensure_plan()
@@ -550,8 +586,8 @@ class SampleStream:
         puzzles = rng.integers(self._groups[order], self._groups[order + 1])  # (G,)
         starts = np.asarray(self._split.puzzle_indices[puzzles], dtype=np.int64)  # (G,)
         ends = np.asarray(self._split.puzzle_indices[puzzles + 1], dtype=np.int64)  # (G,)
-        self._plan_examples = rng.integers(starts, ends)  # (G,)
-        self._plan_puzzles = puzzles
+        self._plan_examples = rng.integers(starts, ends)[self._rank::self._world]  # (G / world,)
+        self._plan_puzzles = puzzles[self._rank::self._world]
         self._plan_epoch = self._epoch
 
 

@@ -17,7 +17,7 @@ never a task.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 import torch
@@ -43,18 +43,25 @@ class Scorer(Protocol):
 
 @torch.no_grad()
 def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | None,
-             scorer: Scorer | None = None) -> dict[str, float]:
-    """Run every batch through all N_sup steps; returns averaged metrics (and the scorer's)."""
+             scorer: Scorer | None = None, reduce: Callable[[dict], dict] | None = None) -> dict[str, float]:
+    """Run every batch through all N_sup steps; returns averaged metrics (and the scorer's).
+
+    reduce: with several processes (and no scorer), each evaluates the batches i with
+    i % ctx.world == ctx.rank, and `reduce` sums the totals over the processes."""
     was_training = model.training
     model.eval()
     totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
-    for batch in batches:
+    for i, batch in enumerate(batches):
+        if reduce is not None and i % ctx.world != ctx.rank:
+            continue
         part, preds, q_halt, logits = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
         if scorer is not None:  # host copies only for a task that reads them
             extra = {"logits": logits.float().cpu().numpy()} if getattr(scorer, "needs_logits", False) else {}
             scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy(), **extra)
     model.train(was_training)
+    if reduce is not None:
+        totals = reduce(totals)
     n = max(1, totals["n"])
     generic = {
         "loss": totals["loss"] / n,

@@ -24,8 +24,10 @@ from trmkit.data.store import SampleStream, Split, eval_batches, open_split
 from trmkit.hardware import HardwareInfo
 from trmkit.memory import PeakMeter
 from trmkit.model.trm import TRM
-from trmkit.plan import Plan, apply_to_process, apply_to_model, learn_from_peaks, make_plan
+from trmkit.plan import Plan, apply_to_process, apply_to_model, choose_device, learn_from_peaks, make_plan
 from trmkit.train import checkpoint
+from trmkit.train import distributed as dist_mod
+from trmkit.train.distributed import SINGLE, World
 from trmkit.train import state as state_mod
 from trmkit.train.evaluate import Scorer, evaluate
 from trmkit.train.objective import Objective
@@ -58,6 +60,11 @@ class Session:
     scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
     best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
     objective: Objective | None = None  # the policy shape: makes its own batches (train/objective.py)
+    world: World = SINGLE  # several processes (train/distributed.py): this one's rank among them
+
+    def agree(self, flags: list[bool]) -> list[bool]:
+        """Decisions taken on a clock or a signal, made the same on every process."""
+        return dist_mod.agree(flags, self.ctx.device) if self.world.active else flags
 
     def source(self):
         """What makes the batches, whose position goes into checkpoints: the stream or the objective."""
@@ -186,14 +193,19 @@ def resume_dtype(cfg: Config, saved: dict, log: Log) -> Config:
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
             budget_bytes: int | None = None, meter: PeakMeter | None = None,
             scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
-            objective: Objective | None = None) -> Session:
+            objective: Objective | None = None, world: World = SINGLE) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
     scorer: the task's extra evaluation metrics (built per evaluation from the test split).
     evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's.
-    objective: a workload that makes its own batches (no store; train/objective.py)."""
+    objective: a workload that makes its own batches (no store; train/objective.py).
+    world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
+    the global batch, each process holds its share of the slots."""
     meter = meter or PeakMeter().start()
+    if world.active and (objective is not None or evaluate_only):
+        raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
+                          "(launch them without torchrun)")
     train_split = test_split = None
     if objective is not None:  # the objective, not a store, says what the model reads
         cfg = config_mod.replace(cfg, "model", **objective.model_fields())
@@ -206,9 +218,17 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             cfg = fill_from_meta(cfg, train_split)
     saved = saved_meta(cfg.run.dir)
     cfg = resume_dtype(cfg, saved, log)
+    local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
+    if world.active:
+        backend = dist_mod.start(world, str(choose_device(cfg.run.device, hw).value), cfg.run.dist_timeout)
+        log(dist_mod.environment_summary(world, backend))
     with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
-        plan = make_plan(cfg, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
-                         saved_config=saved.get("config"))
+        plan = None
+        if world.main:  # one plan for every process, made while the others wait (no probe competes)
+            plan = make_plan(local, hw, budget_bytes=budget_bytes, cache_dir=cache_dir, log=log,
+                             saved_config=saved.get("config"), world=world.size, ranks_here=world.local_size)
+        if world.active:
+            plan = dist_mod.share_object(plan, world)
     apply_to_process(plan)
     with meter.phase("setup"):
         seed_everything(cfg.run.seed)
@@ -219,9 +239,12 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
         opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
         apply_to_model(plan, model)
-        slots = 0 if objective is not None else cfg.train.batch_size  # an objective keeps no ACT carry
+        slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
         state = new_state(model, slots, cfg.model.seq_len, device)
-    guard = make_guard(cfg, plan, hw, log, meter)  # after model and state exist: it reads the RSS
+        net = dist_mod.wrap(model, device) if world.active else None  # after compiling, as DDP asks
+        if world.active and opts.sparse is not None:
+            opts.sparse.gather = dist_mod.gather_rows
+    guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
     if guard is not None:
         guard.micro_batch = micro
@@ -229,12 +252,15 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     ignore = (train_split or test_split).meta.ignore_label_id if objective is None else -100
     ctx = StepContext(micro_batch=micro, ignore_label_id=ignore,
                       device=device, autocast=plan.autocast(),
-                      label_weights=weights.to(device) if weights is not None else None)
+                      label_weights=weights.to(device) if weights is not None else None,
+                      net=net, reduce_after=dist_mod.reduce_after(net) if net is not None else None,
+                      rank=world.rank, world=world.size)
+    stream = SampleStream(train_split, cfg.run.seed, world.rank, world.size) if train_split else None
     return Session(cfg=cfg, plan=plan, model=model, opts=opts, state=state,
-                   stream=SampleStream(train_split, cfg.run.seed) if train_split else None, train_split=train_split,
+                   stream=stream, train_split=train_split,
                    test_split=test_split, ctx=ctx, guard=guard, meter=meter, cache_dir=cache_dir, scorer=scorer,
                    val_split=None if evaluate_only or objective is not None else open_val_split(cfg),
-                   objective=objective)
+                   objective=objective, world=world)
 
 
 def resume_micro_batch(planned: int, saved: dict, log: Log) -> int:
@@ -303,14 +329,23 @@ def _evaluate(s: Session, batches, log: Log = print, split: Split | None = None)
     if s.opts.ema is not None:
         s.opts.ema.swap(s.model)
     try:
-        scorer = s.scorer(split) if s.scorer is not None else None
-        result = evaluate(s.model, batches, s.ctx, split.meta.blank_id, scorer)
-        if hasattr(scorer, "save"):  # the task's answers, e.g. an ARC Prize submission
-            log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
-        return result
+        if s.world.active and s.scorer is not None:  # the task's metrics need every answer in one place
+            result = _evaluate_here(s, batches, log, split) if s.world.main else None
+            return dist_mod.share_object(result, s.world)  # the others wait (run.dist_timeout)
+        if s.world.active:  # each process evaluates its share of the batches; the sums are added
+            return evaluate(s.model, batches, s.ctx, split.meta.blank_id, None, reduce=dist_mod.sum_totals)
+        return _evaluate_here(s, batches, log, split)
     finally:
         if s.opts.ema is not None:
             s.opts.ema.swap(s.model)
+
+
+def _evaluate_here(s: Session, batches, log: Log, split: Split) -> dict[str, float]:
+    scorer = s.scorer(split) if s.scorer is not None else None
+    result = evaluate(s.model, batches, s.ctx, split.meta.blank_id, scorer)
+    if hasattr(scorer, "save"):  # the task's answers, e.g. an ARC Prize submission
+        log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
+    return result
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -330,14 +365,49 @@ def resume_if_possible(s: Session, log: Log = print) -> int | None:
     ckpt = checkpoint.load_latest(s.cfg.run.dir, s.cfg.to_dict(), ignore=RESUME_IGNORE, log=log)
     if ckpt is None:
         return None
-    state_mod.restore(s.model, s.opts, s.state, s.source(), ckpt.tensors, ckpt.meta)
+    saved_world = int(ckpt.meta.get("world_size", 1))
+    if saved_world == s.world.size:
+        tensors, meta = ckpt.tensors, ckpt.meta
+        if ckpt.meta.get("ranks"):  # this rank's carry, samples, RNG and data position
+            tensors = dist_mod.own_tensors(ckpt.tensors, s.world.rank)
+            meta = {**ckpt.meta, **ckpt.meta["ranks"][s.world.rank]}
+        state_mod.restore(s.model, s.opts, s.state, s.source(), tensors, meta)
+    else:
+        restore_other_world(s, ckpt, saved_world, log)
     s.best.update(ckpt.meta.get("best") or {})
     log(f"resumed from {ckpt.path} (step {s.state.step})")
     return s.state.step
 
 
-def save_state(s: Session, metrics: dict, log: Log = print) -> Path:
+PER_RANK_META = ("stream", "rng", "samples_started")  # besides the rank's own tensors (distributed.RANK_KEYS)
+
+
+def restore_other_world(s: Session, ckpt, saved_world: int, log: Log) -> None:
+    """Resume a checkpoint written by another number of processes: what is shared continues exactly,
+    the per-process ACT carries restart and the data position is the earliest any process had."""
+    tensors = dist_mod.own_tensors(ckpt.tensors, 0)
+    state_mod.restore_shared(s.model, s.opts, s.state, tensors, ckpt.meta)
+    metas = ckpt.meta.get("ranks") or [{k: ckpt.meta[k] for k in PER_RANK_META}]
+    position = s.stream.position_for([m["stream"] for m in metas])
+    s.stream.load_state_dict(position)
+    checkpoint.restore_rng(metas[0]["rng"], tensors)
+    log(f"resume: the checkpoint was written by {saved_world} process(es), this run has {s.world.size}: weights, "
+        f"optimizer, EMA and step continue exactly; the ACT carries restart (every slot takes a new sample) and "
+        f"the data continue at epoch {position['epoch']}, position {position['index']} of each process's share, "
+        "so samples some old process had already served come again. Not bit-identical to an uninterrupted run; "
+        f"resume with {saved_world} process(es) for that")
+
+
+def save_state(s: Session, metrics: dict, log: Log = print) -> Path | None:
+    """Every process calls it; rank 0 writes the one checkpoint, with every process's own state."""
     tensors, meta = state_mod.collect(s.model, s.opts, s.state, s.source())
+    if s.world.active:
+        own_meta = {k: meta[k] for k in PER_RANK_META}
+        extra, metas = dist_mod.gather_rank_state(tensors, own_meta, s.world)
+        if not s.world.main:
+            return None
+        tensors = {**tensors, **extra}
+        meta.update(world_size=s.world.size, ranks=metas)
     meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s), best=dict(s.best))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
@@ -376,6 +446,8 @@ def _timed_save(s: Session, clock: Clock, metrics: dict, log: Log) -> None:
     t0 = time.perf_counter()
     with s.meter.phase("save"):
         save_state(s, metrics, log)
+        if s.world.active:  # nobody reads the checkpoint (restore_best) before rank 0 has written it
+            dist_mod.barrier()
     clock.ckpt_seconds += time.perf_counter() - t0
     clock.last_ckpt = time.perf_counter()
 
@@ -462,6 +534,8 @@ def _one_step(s: Session, clock: Clock, loggers, progress, sampler, watch, log: 
     metrics["perf/seconds_per_step"] = dt
     step = s.state.step
     if step % max(1, s.cfg.train.log_every) == 0 or step == 1:
+        if s.world.active:  # the loss and accuracy over every process's slots
+            metrics = dist_mod.mean_metrics(metrics)
         metrics.update(thermal_metrics())
         loggers.log(step, {**metrics, **sampler.sample()})
         warning = watch.check(metrics["perf/samples_per_second"], step)
@@ -485,48 +559,55 @@ def thermal_metrics() -> dict[str, float]:
 
 
 def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
-    """Run (or resume) the loop until max_steps, the time budget, or a stop signal."""
-    cfg = s.cfg
+    """Run (or resume) the loop until max_steps, the time budget, or a stop signal.
+    With several processes every one runs it; rank 0 alone writes files and logs."""
+    cfg, main = s.cfg, s.world.main
     run_dir = Path(cfg.run.dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     with s.meter.phase("resume"):
         resumed = resume_if_possible(s, log)
-    config_mod.save(cfg, run_dir / "config.yaml")
-    write_json(run_dir / DATA_META_FILE, s.objective.identity() if s.objective is not None
-               else data_identity(s.train_split))
-    write_json(run_dir / "plan.json", s.plan.to_dict())
-    loggers = monitor.make_loggers(run_dir, None, log)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_mod.save(cfg, run_dir / "config.yaml")
+        write_json(run_dir / DATA_META_FILE, s.objective.identity() if s.objective is not None
+                   else data_identity(s.train_split))
+        write_json(run_dir / "plan.json", s.plan.to_dict())
+    loggers = monitor.make_loggers(run_dir, None, log) if main else monitor.MultiLogger([])
     loggers.log_config(cfg.to_dict())
     peak = s.meter.process_peak
     sampler, clock, watch = monitor.SystemSampler(peak_bytes=peak), Clock(), monitor.ThroughputWatch()
-    progress = monitor.Progress(cfg.train.max_steps, is_tty, log=log, sampler=monitor.SystemSampler(peak_bytes=peak),
-                                cores=int(s.plan.threads.value))
+    progress = monitor.Progress(cfg.train.max_steps, is_tty and main, log=log,
+                                sampler=monitor.SystemSampler(peak_bytes=peak), cores=int(s.plan.threads.value))
     evals: dict = {}
     with graceful_stop(log) as stop:
-        while s.state.step < cfg.train.max_steps and not _out_of_time(cfg, clock.start):
+        while s.state.step < cfg.train.max_steps:
             _one_step(s, clock, loggers, progress, sampler, watch, log)
             step = s.state.step
-            if stop.requested:
+            stopped, late, due = s.agree([stop.requested, _out_of_time(cfg, clock.start),
+                                          _checkpoint_due(cfg, step, clock)])
+            if stopped:
+                stop.signal_name = stop.signal_name or "a stop signal on another process"
                 break
-            stop_early = False
+            stop_early = saved = False
             if _evaluated_at(cfg, step):
-                evals = _periodic_eval(s, clock, loggers, log)
+                evals = _periodic_eval(s, clock, loggers, log)  # the same result on every process
                 progress.close()
                 log(f"{'val' if s.val_split is not None else 'eval'} @ step {step}: " + _fmt_eval(evals))
                 stop_early = _early_stop(s, log)
                 if s.best["step"] == step and cfg.train.restore_best:
                     _timed_save(s, clock, evals, log)  # the best's weights stay on disk to restore
-                    continue
-            if _checkpoint_due(cfg, step, clock) or stop_early:
+                    saved = True
+            if (due or stop_early) and not saved and not late:  # late: the end saves
                 _timed_save(s, clock, evals, log)
-            if stop_early:
+            if stop_early or late:
                 break
         progress.close()
-        if stop.requested:
+        if stop.signal_name:
             _timed_save(s, clock, evals, log)
             loggers.close()
-            log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: "
-                f"trmkit train --resume {run_dir}")
+            again = (f"torchrun --nproc-per-node {s.world.local_size} -m trmkit train --resume {run_dir} (or "
+                     f"trmkit train --resume {run_dir} --nproc {s.world.size})" if s.world.active
+                     else f"trmkit train --resume {run_dir}")
+            log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: {again}")
             return {"stopped": stop.signal_name, "steps": s.state.step}
         # has the validation split already scored the weights in hand (the loop's last evaluation)?
         val_current = s.val_split is not None and _evaluated_at(cfg, s.state.step)
@@ -542,15 +623,20 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
         if not cfg.train.restore_best:
             _timed_save(s, clock, evals, log)
     loggers.close()
+    peaks = dist_mod.gather_object(s.meter.process_peak(), s.world) if s.world.active else None
+    if not main:
+        s.meter.stop()
+        return {"steps": s.state.step, "rank": s.world.rank}
     with s.meter.phase("save"):
         save_weights(s, run_dir)
     with s.meter.phase("summary"):
-        summary = _finish(s, clock, sampler, evals, resumed, log)
+        summary = _finish(s, clock, sampler, evals, resumed, log, peaks)
     s.meter.stop()  # the kernel's mark still answers process_peak()
     return summary
 
 
-def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -> dict:
+def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log,
+            rank_peaks: list[int] | None = None) -> dict:
     run_dir = Path(s.cfg.run.dir)
     history = monitor.read_metrics(run_dir / "metrics.jsonl")
     facts = monitor.RunFacts(
@@ -569,6 +655,10 @@ def _finish(s: Session, clock: Clock, sampler, evals: dict, resumed, log: Log) -
                    resumed_from_step=resumed, plan=s.plan.to_dict(),
                    memory_guard=s.guard.adjustments if s.guard else "off",
                    memory=memory_summary(s, log))
+    if rank_peaks is not None:  # every process's peak RSS, as the kernel saw it
+        summary.update(world_size=s.world.size, peak_rss_gb_per_rank=[round(p / 2**30, 3) for p in rank_peaks])
+        log(f"distributed: {s.world.size} processes, peak RSS per rank "
+            + ", ".join(f"{p / 2**30:.2f} GB" for p in rank_peaks))
     write_json(run_dir / "summary.json", summary)
     log(monitor.format_summary(summary))
     log("final: " + _fmt_eval(evals) + f" | {summary['samples_per_second']:.1f} samples/s, "

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -70,18 +71,24 @@ def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 class SparseSignSGD:
     """Sign-SGD over the rows of a PuzzleEmbedding that were used since the last step."""
 
-    def __init__(self, emb: PuzzleEmbedding, lr: float, weight_decay: float):
-        self.emb, self.lr, self.weight_decay = emb, lr, weight_decay
+    def __init__(self, emb: PuzzleEmbedding, lr: float, weight_decay: float,
+                 gather: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None):
+        """gather: with several processes, (ids, grads) of this process -> those of all processes
+        (train/distributed.py), so every process applies the same update to identical tables."""
+        self.emb, self.lr, self.weight_decay, self.gather = emb, lr, weight_decay, gather
 
     @torch.no_grad()
     def step(self, lr: float | None = None) -> int:
         """Apply the update; returns how many distinct rows changed."""
         pending = [(ids, rows.grad) for ids, rows in self.emb.take_pending() if rows.grad is not None]
-        if not pending:
+        width = self.emb.weight.shape[1]
+        ids = torch.cat([i for i, _ in pending]) if pending else torch.zeros(0, dtype=torch.int64)
+        grads = torch.cat([g for _, g in pending]).float() if pending else torch.zeros(0, width)
+        if self.gather is not None:  # a collective: every process calls it, rows or not
+            ids, grads = self.gather(ids, grads)
+        if not len(ids):
             return 0
         lr = self.lr if lr is None else lr
-        ids = torch.cat([i for i, _ in pending])
-        grads = torch.cat([g for _, g in pending]).float()
         unique, inverse = torch.unique(ids, return_inverse=True)
         summed = torch.zeros(len(unique), grads.shape[1], dtype=grads.dtype, device=grads.device)
         summed.index_add_(0, inverse, grads)

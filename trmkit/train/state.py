@@ -70,19 +70,24 @@ def collect(model: TRM, opts: Optimizers, state: TrainState, stream) -> tuple[di
     return tensors, meta
 
 
-def restore(model: TRM, opts: Optimizers, state: TrainState, stream, tensors: dict, meta: dict) -> None:
-    """Inverse of `collect`, in place."""
-    device = state.inputs.device
+def restore_shared(model: TRM, opts: Optimizers, state: TrainState, tensors: dict, meta: dict) -> None:
+    """What every process of a run shares: weights, EMA, optimizer state, the step."""
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     if opts.ema is not None:
         for k in opts.ema.shadow:
             opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
         opts.ema.updates = int(meta["ema_updates"])
     load_optimizer_tensors(model, opts.dense, tensors)
+    state.step = int(meta["step"])
+
+
+def restore(model: TRM, opts: Optimizers, state: TrainState, stream, tensors: dict, meta: dict) -> None:
+    """Inverse of `collect`, in place."""
+    device = state.inputs.device
+    restore_shared(model, opts, state, tensors, meta)
     state.carry = Carry(**{k: tensors[f"carry.{k}"].to(device) for k in CARRY_KEYS})
     for k in SLOT_KEYS:
         setattr(state, k, tensors[f"slot.{k}"].to(device))
-    state.step = int(meta["step"])
     state.samples_started = int(meta["samples_started"])
     stream.load_state_dict(meta["stream"])
     checkpoint.restore_rng(meta["rng"], tensors)

@@ -59,6 +59,12 @@ class StepContext:
     device: torch.device
     autocast: Autocast = field(default=contextlib.nullcontext)
     label_weights: torch.Tensor | None = None  # (V,) per-label loss weights (train.class_weighting)
+    # several processes (train/distributed.py): the DistributedDataParallel wrapper the forward goes
+    # through, whether gradients are reduced after a micro-batch's backward, and this process's slots
+    net: Callable | None = None
+    reduce_after: Callable[[bool], contextlib.AbstractContextManager] | None = None
+    rank: int = 0
+    world: int = 1
 
 
 def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.Tensor:
@@ -97,6 +103,14 @@ def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tenso
     return u.to(device), min_steps.to(device)
 
 
+def rank_draws(slots: int, cfg: ModelConfig, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """This process's part of the global batch's draws: every process draws the whole batch's from
+    the same generator state, so the draws of global slot i do not depend on the number of processes."""
+    u, min_steps = exploration_draws(slots * ctx.world, cfg, ctx.device)
+    part = slice(ctx.rank * slots, (ctx.rank + 1) * slots)
+    return u[part], min_steps[part]
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     """Allocation failures of the CPU allocator, CUDA, or Python itself."""
     if isinstance(err, MemoryError):
@@ -119,7 +133,7 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
     """
     set_learning_rates(opts, state.step, cfg)
     new_samples = refill(model, state, stream, ctx)
-    u, min_steps = exploration_draws(state.carry.steps.shape[0], model.cfg, ctx.device)
+    u, min_steps = rank_draws(state.carry.steps.shape[0], model.cfg, ctx)
     model.train()
     stats = forward_backward(model, state, ctx, u, min_steps, on_oom)
     apply_updates(model, opts)
@@ -166,10 +180,13 @@ def over_chunks(n: int, ctx: StepContext, work: Callable[[slice], dict], undo: "
 def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, min_steps) -> dict:
     """Forward and backward of the slots `sl`; then their carry is replaced in place."""
     carry, B = state.carry, state.carry.steps.shape[0]
-    with ctx.autocast():
-        zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-    loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights)
-    (loss / B).backward()
+    net = ctx.net or model
+    sync = ctx.reduce_after(sl.stop == B) if ctx.reduce_after is not None else contextlib.nullcontext()
+    with sync:  # several processes: the gradients are averaged during the last micro-batch's backward
+        with ctx.autocast():
+            zh, zl, logits, q = net(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
+        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights)
+        (loss / B).backward()
     carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])
     return stats
