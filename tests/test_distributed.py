@@ -115,6 +115,11 @@ def test_rank_shares_are_disjoint_and_make_up_the_epoch(setup):
         first = position["index"] * 3 + rank
         assert position["epoch"] == 0 and 7 <= first < 7 + 3, (rank, position)
         new.load_state_dict(position)
+    one = SampleStream(split, seed=7)
+    one.take(G - 1)  # served every position of epoch 0 but the last, G - 1 (odd: G = 18)
+    after = [SampleStream(split, seed=7, rank=r, world=2).position_for([one.state_dict()]) for r in range(2)]
+    assert after[0] == {"epoch": 1, "index": 0, "seed": 7, "rank": 0, "world": 2}  # its share was all served
+    assert after[1]["epoch"] == 0 and after[1]["index"] * 2 + 1 == G - 1
 
 
 def test_two_ranks_equal_one_process_at_the_same_global_batch(setup):

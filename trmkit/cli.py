@@ -112,7 +112,7 @@ def _run_train(args: argparse.Namespace) -> int:
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
         session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(), budget_bytes=budget,
-                               scorer=_task_scorer(cfg), world=world)
+                               scorer=_task_scorer(cfg, log), world=world)
         loop.train(session, is_tty=sys.stdout.isatty() and world.main, log=log)
     except RuntimeError as err:
         if not (world.active and distributed.is_peer_failure(err)):

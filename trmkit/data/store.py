@@ -551,7 +551,9 @@ class SampleStream:
         served = [int(st["index"]) * old_world + int(st.get("rank", i)) if int(st["epoch"]) == epoch else None
                   for i, st in enumerate(states)]
         first_open = min(s for s in served if s is not None)  # every position below it was served
-        index = min(self.share - 1, -(-max(0, first_open - self._rank) // self._world))
+        index = -(-max(0, first_open - self._rank) // self._world)
+        if index >= self.share:  # every position of this share in that epoch was served: the next epoch
+            epoch, index = epoch + 1, 0
         return {"epoch": epoch, "index": index, "seed": int(states[0]["seed"]),
                 **({"rank": self._rank, "world": self._world} if self._world > 1 else {})}
 

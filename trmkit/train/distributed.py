@@ -108,8 +108,8 @@ def share_object(obj: Any, world: World, src: int = 0) -> Any:
 
 def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """The DistributedDataParallel wrapper the training forward goes through. Buffers are not
-    broadcast at every forward (the puzzle embedding is kept in step by `gather_rows`), and
-    the gradients live in DDP's buckets (no second copy)."""
+    broadcast at every forward (the puzzle embedding is kept in step by `gather_rows`);
+    gradient_as_bucket_view lets the gradients share DDP's bucket memory where DDP allocates them."""
     import inspect
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -153,14 +153,25 @@ def agree(flags: list[bool], device: torch.device) -> list[bool]:
     return [bool(v) for v in t.tolist()]
 
 
+SUMMED = ("train/halted", "train/new_samples")  # counts of the step: every process's added
+
+
 def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Each metric averaged over the ranks that have it (the step's loss over all slots, ...)."""
+    """Each metric over every rank: counts summed, the rest averaged over the ranks that have it (the
+    step's loss over all slots; the accuracy of halted samples, weighted by how many halted)."""
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, metrics)
     out = {}
     for key in metrics:
-        values = [m[key] for m in everyone if key in m and isinstance(m[key], (int, float))]
-        out[key] = sum(values) / len(values) if values else metrics[key]
+        have = [m for m in everyone if isinstance(m.get(key), (int, float))]
+        values = [m[key] for m in have]
+        if key in SUMMED:
+            out[key] = sum(values)
+        elif key.startswith(("train/accuracy", "train/exact_accuracy", "train/steps")) and key != "train/accuracy_all_slots":
+            weights = [m.get("train/halted", 1.0) for m in have]
+            out[key] = sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1e-9)
+        else:
+            out[key] = sum(values) / len(values) if values else metrics[key]
     return out
 
 
@@ -223,9 +234,10 @@ def own_tensors(tensors: Mapping[str, torch.Tensor], rank: int) -> dict[str, tor
 def is_peer_failure(err: BaseException) -> bool:
     """A collective that failed because another process died, hung or closed its connection."""
     text = str(err)
-    return isinstance(err, RuntimeError) and any(m in text for m in (
-        "Connection reset", "Connection closed", "connection closed", "Broken pipe", "gloo", "NCCL",
-        "Timed out", "timed out", "Timeout", "DistBackendError"))
+    backend_error = getattr(dist, "DistBackendError", None)
+    return (backend_error is not None and isinstance(err, backend_error)) or (isinstance(err, RuntimeError) and any(
+        m in text for m in ("Connection reset by peer", "Connection closed by peer", "connection closed",
+                            "Broken pipe", "timed out", "Timed out")))
 
 
 def environment_summary(world: World, backend: str) -> str:

@@ -306,7 +306,7 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Spli
         try:
             return _evaluate(s, eval_batches(split, size, limit), log, split)
         except (RuntimeError, MemoryError) as err:
-            if not is_out_of_memory(err) or size <= 1:
+            if not is_out_of_memory(err) or size <= 1 or s.world.active:  # the other processes would not retry
                 raise
             s.eval_batch = size // 2
             hardware.trim_heap()
@@ -391,6 +391,7 @@ def restore_other_world(s: Session, ckpt, saved_world: int, log: Log) -> None:
     position = s.stream.position_for([m["stream"] for m in metas])
     s.stream.load_state_dict(position)
     checkpoint.restore_rng(metas[0]["rng"], tensors)
+    s.state.samples_started = sum(int(m["samples_started"]) for m in metas) // s.world.size
     log(f"resume: the checkpoint was written by {saved_world} process(es), this run has {s.world.size}: weights, "
         f"optimizer, EMA and step continue exactly; the ACT carries restart (every slot takes a new sample) and "
         f"the data continue at epoch {position['epoch']}, position {position['index']} of each process's share, "
@@ -601,7 +602,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
             if stop_early or late:
                 break
         progress.close()
-        if stop.signal_name:
+        if s.agree([stop.signal_name is not None])[0]:  # a signal that came after the step's agreement
+            stop.signal_name = stop.signal_name or "a stop signal on another process"
             _timed_save(s, clock, evals, log)
             loggers.close()
             again = (f"torchrun --nproc-per-node {s.world.local_size} -m trmkit train --resume {run_dir} (or "

@@ -82,8 +82,9 @@ class SparseSignSGD:
         """Apply the update; returns how many distinct rows changed."""
         pending = [(ids, rows.grad) for ids, rows in self.emb.take_pending() if rows.grad is not None]
         width = self.emb.weight.shape[1]
-        ids = torch.cat([i for i, _ in pending]) if pending else torch.zeros(0, dtype=torch.int64)
-        grads = torch.cat([g for _, g in pending]).float() if pending else torch.zeros(0, width)
+        device = self.emb.weight.device
+        ids = torch.cat([i for i, _ in pending]) if pending else torch.zeros(0, dtype=torch.int64, device=device)
+        grads = torch.cat([g for _, g in pending]).float() if pending else torch.zeros(0, width, device=device)
         if self.gather is not None:  # a collective: every process calls it, rows or not
             ids, grads = self.gather(ids, grads)
         if not len(ids):
