@@ -122,6 +122,8 @@ def test_run_bench_on_the_tiny_config():
     assert r["peak_gflops"]["float32"] > 0 and r["peak_gflops"]["bfloat16"] > 0
     assert len(r["peak_samples"]) == 3 and len(r["mfu_steps"]) == 2
     assert r["mfu"] == pytest.approx(sum(r["mfu_steps"]) / 2)  # the median of two steps' own ratios
+    # what is not matrix products, shown beside MFU: the rest of the fastest step
+    assert 0 <= r["non_gemm_share"] < 1 and r["non_gemm_share"] == pytest.approx(max(0.0, 1 - r["gemm_share"]))
     assert out["round_trip"]
     assert any(line.startswith("speed:") for line in bench.format_lines(r))
 

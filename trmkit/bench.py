@@ -520,6 +520,7 @@ def assemble(cfg: Config, settings: dict[str, Any], fc: FlopCount, warm: list[fl
         "mfu_best_bfloat16": best_gflops / best_peak["bfloat16"],
         "gemm_ceiling": ceiling,
         "gemm_share": ceiling["seconds_per_step"] / st["min"] if ceiling else None,
+        "non_gemm_share": max(0.0, 1 - ceiling["seconds_per_step"] / st["min"]) if ceiling else None,
         "peak_rss_mb": peak_rss_bytes() / MB,
         "mb_per_slot": mem["mb_per_slot"] if mem else None,
         "memory": mem,
@@ -551,6 +552,9 @@ def format_lines(r: dict[str, Any]) -> list[str]:
         g = r["gemm_ceiling"]
         lines.append(f"model-shaped GEMMs: {g['gflops']:.1f} GFLOP/s; GEMMs alone would take "
                      f"{g['seconds_per_step']:.3f} s = {r['gemm_share']:.0%} of the fastest step")
+        lines.append(f"non-GEMM share: {r['non_gemm_share']:.0%} of the fastest step is not matrix products "
+                     "(norms, activations, residual adds, dtype casts, the loss, the optimizer, framework overhead): "
+                     "what MFU cannot count, and what a faster matmul would not shorten")
     mem = r["memory"]
     if mem:
         lines.append(f"memory: {mem['mb_per_slot']:.1f} MB per slot (peak RSS {mem['peak_rss_mb'][0]:.0f} MB "
