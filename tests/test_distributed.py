@@ -92,6 +92,8 @@ def test_world_from_env_and_the_global_batch():
     assert distributed.local_config(cfg, distributed.World(0, 2, 0, 2)).train.batch_size == 5
     with pytest.raises(ConfigError, match=r"multiple of 4 \(e\.g\. train\.batch_size=8"):
         distributed.local_config(cfg, distributed.World(0, 4, 0, 4))
+    with pytest.raises(ConfigError, match=r"e\.g\. train\.batch_size=4\)"):  # fewer slots than processes
+        distributed.local_config(config_mod.replace(cfg, "train", batch_size=1), distributed.World(0, 4, 0, 4))
 
 
 def test_rank_shares_are_disjoint_and_make_up_the_epoch(setup):

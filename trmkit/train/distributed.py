@@ -93,9 +93,9 @@ def local_config(cfg: Config, world: World) -> Config:
     """cfg with train.batch_size = this rank's slots (the global batch divided by the world)."""
     batch = cfg.train.batch_size
     if batch % world.size:
-        fits = [b for b in range(world.size, 2 * batch, world.size) if abs(b - batch) < world.size]
+        near = max(world.size, round(batch / world.size) * world.size)
         raise ConfigError(f"train.batch_size={batch} is the global batch, shared equally by the {world.size} "
-                          f"processes: it must be a multiple of {world.size} (e.g. train.batch_size={fits[0]})")
+                          f"processes: it must be a multiple of {world.size} (e.g. train.batch_size={near})")
     return config_mod.replace(cfg, "train", batch_size=batch // world.size)
 
 
