@@ -24,6 +24,11 @@ Each measurement runs in its own fresh process (nothing one side sets, such as a
 settings, leaks into the other), warms up --warmup steps, then times --steps steps; the sides
 alternate (reference, trmkit, reference, trmkit, ...) and the ratio of each pair is printed:
 trmkit samples/s over the reference's. --compile compiles the whole model on both sides.
+
+--same-process builds both sides in one process and alternates single steps (reference,
+trmkit, then trmkit, reference, ...) for --steps rounds: on a noisy shared machine both sides
+see the same load, so the per-round ratios are much tighter than the pairs'. The process's
+allocator settings are then trmkit's for both sides, which can only help the reference.
 """
 
 from __future__ import annotations
@@ -123,6 +128,38 @@ def worker(args) -> None:
                       "times": times}))
 
 
+def interleaved(args) -> None:
+    """--same-process: both sides built in this one process, their steps alternating one by one
+    (reference, trmkit, trmkit, reference, ...), so a busy machine slows both alike; a ratio per round.
+    The process's allocator settings are trmkit's for both (the reference gains from them too)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    ours = trmkit_step_fn(args.batch, args.dtype, args.compile)
+    ref = reference_step_fn(Path(args.reference), args.batch, args.dtype, args.compile)
+    for _ in range(args.warmup):
+        ref(), ours()
+    times: dict[str, list[float]] = {"reference": [], "trmkit": []}
+    for i in range(args.steps):
+        order = (("reference", ref), ("trmkit", ours)) if i % 2 == 0 else (("trmkit", ours), ("reference", ref))
+        for name, step in order:
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    ratios = sorted(r / o for r, o in zip(times["reference"], times["trmkit"]))
+    mode = "compiled (whole model)" if args.compile else "eager"
+    print(f"{mode}, batch {args.batch}, {args.dtype}, {args.threads} threads, one process, steps alternating, "
+          f"{args.steps} rounds after {args.warmup} warm-up")
+    for name in ("reference", "trmkit"):
+        print(f"{name}: median {args.batch / statistics.median(times[name]):.2f} samples/s "
+              f"(steps {min(times[name]):.2f}-{max(times[name]):.2f} s)")
+    q = len(ratios) // 4
+    print(f"trmkit / reference per round: median {statistics.median(ratios):.3f}, "
+          f"IQR {ratios[q]:.3f}-{ratios[-q - 1]:.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "times": times, "ratios": ratios}, indent=2))
+
+
 def measure(side: str, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, "--reference", args.reference, "--batch", str(args.batch),
            "--dtype", args.dtype, "--threads", str(args.threads), "--steps", str(args.steps),
@@ -145,6 +182,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="torch.compile the whole model on both sides")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--same-process", action="store_true",
+                    help="both sides in one process, steps alternating one by one (--steps rounds)")
     ap.add_argument("--worker", choices=["reference", "trmkit"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -152,6 +191,8 @@ def main() -> None:
     if not (Path(args.reference) / "models" / "recursive_reasoning" / "trm.py").is_file():
         raise SystemExit(f"{args.reference}: not a checkout of the TRM reference code (no models/recursive_reasoning/"
                          "trm.py); clone https://github.com/SamsungSAILMontreal/TinyRecursiveModels there")
+    if args.same_process:
+        return interleaved(args)
     pairs = []
     for i in range(args.pairs):
         ref, ours = measure("reference", args), measure("trmkit", args)

@@ -54,11 +54,7 @@ class SwiGLU(nn.Module):
             lecun_init_(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
-            return self.down(F.silu(self.gate(x)) * self.up(x))
-        # without gradients (the first T-1 cycles, evaluation) nothing needs the intermediate values:
-        # SiLU and the product run in place, two (B*S, width) buffers fewer per call
-        return self.down(F.silu(self.gate(x), inplace=True).mul_(self.up(x)))
+        return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 def rotary_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
