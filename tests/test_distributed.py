@@ -19,7 +19,7 @@ import torch
 
 from trmkit import config as config_mod
 from trmkit.config import ConfigError
-from trmkit.data.store import BUILDER_META_KEYS, SampleStream, SplitArrays, open_split, write_store
+from trmkit.data.store import BUILDER_META_KEYS, SampleStream, SplitArrays, eval_batches, open_split, write_store
 from trmkit.data.sudoku import build_sudoku
 from trmkit.train import distributed
 from trmkit.train.checkpoint import list_checkpoints, load_checkpoint
@@ -213,3 +213,10 @@ def test_sigint_on_the_launcher_saves_once_and_stops_every_rank(setup):
     ckpts = list_checkpoints(run)
     assert len(ckpts) == 1 and load_checkpoint(ckpts[0]).step > 0  # saved once
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(run) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_evaluation_shares_read_every_batch_once(setup):
+    split = open_split(setup / "data" / "test")
+    whole = [b.rows.tolist() for b in eval_batches(split, 2)]
+    shares = [[b.rows.tolist() for b in eval_batches(split, 2, None, r, 3)] for r in range(3)]
+    assert sorted(sum(shares, [])) == sorted(whole) and shares[1][0] == whole[1]

@@ -608,12 +608,14 @@ def _gather(split: Split, rows: np.ndarray, puzzles: np.ndarray) -> Batch:
     )
 
 
-def eval_batches(split: Split, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
-    """All examples in stored order (or the first ``limit``); the last batch may be smaller."""
+def eval_batches(split: Split, batch_size: int, limit: int | None = None, rank: int = 0,
+                 world: int = 1) -> Iterator[Batch]:
+    """All examples in stored order (or the first ``limit``); the last batch may be smaller.
+    With several processes, process `rank` of `world` reads only the batches i with i % world == rank."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     total = len(split) if limit is None else min(int(limit), len(split))
-    for start in range(0, total, batch_size):
+    for start in range(rank * batch_size, total, world * batch_size):
         stop = min(start + batch_size, total)
         rows = np.arange(start, stop)
         puzzles = np.searchsorted(split.puzzle_indices, rows, side="right") - 1  # (b,)

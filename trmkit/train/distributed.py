@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
+import platform
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
 
-from trmkit.config import Config, ConfigError
 from trmkit import config as config_mod
+from trmkit.config import Config, ConfigError
+from trmkit.plan import bind_local_device, collective_backend
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,9 @@ def world_from_env(env: Mapping[str, str]) -> World:
 
 
 def start(world: World, device: str, timeout_s: float) -> str:
-    """Join the process group; returns the backend: gloo on CPUs; on GPUs NCCL for GPU tensors
-    (gradients, embedding rows) and gloo for the few CPU ones (random states, data positions)."""
-    backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
-    if device == "cuda":
-        torch.cuda.set_device(world.local_rank)
+    """Join the process group; returns the backend (plan.collective_backend)."""
+    backend = collective_backend(device)
+    bind_local_device(device, world.local_rank)
     dist.init_process_group(backend, rank=world.rank, world_size=world.size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return backend
@@ -106,7 +105,7 @@ def share_object(obj: Any, world: World, src: int = 0) -> Any:
     return box[0]
 
 
-def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+def wrap(model: torch.nn.Module) -> torch.nn.Module:
     """The DistributedDataParallel wrapper the training forward goes through. Buffers are not
     broadcast at every forward (the puzzle embedding is kept in step by `gather_rows`);
     gradient_as_bucket_view lets the gradients share DDP's bucket memory where DDP allocates them."""
@@ -114,10 +113,10 @@ def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    ids = [torch.cuda.current_device()] if device.type == "cuda" else None
     newer = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters  # torch >= 2.13 renamed it
     no_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
-    return DDP(model, device_ids=ids, gradient_as_bucket_view=True, **no_sync)
+    # device_ids=None: the model is on one device already (the local rank's GPU, bound by start())
+    return DDP(model, device_ids=None, gradient_as_bucket_view=True, **no_sync)
 
 
 def reduce_after(net) -> Any:
@@ -241,6 +240,6 @@ def is_peer_failure(err: BaseException) -> bool:
 
 
 def environment_summary(world: World, backend: str) -> str:
-    host = os.uname().nodename if hasattr(os, "uname") else "?"
+    host = platform.node() or "?"
     return (f"distributed: {world.size} processes ({world.local_size} on this machine, {host}), "
             f"backend {backend}, this is rank {world.rank}")

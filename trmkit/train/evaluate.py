@@ -46,14 +46,12 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
              scorer: Scorer | None = None, reduce: Callable[[dict], dict] | None = None) -> dict[str, float]:
     """Run every batch through all N_sup steps; returns averaged metrics (and the scorer's).
 
-    reduce: with several processes (and no scorer), each evaluates the batches i with
-    i % ctx.world == ctx.rank, and `reduce` sums the totals over the processes."""
+    reduce: with several processes (and no scorer), `batches` holds this process's share
+    (data.store.eval_batches) and `reduce` sums the totals over the processes."""
     was_training = model.training
     model.eval()
     totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
-    for i, batch in enumerate(batches):
-        if reduce is not None and i % ctx.world != ctx.rank:
-            continue
+    for batch in batches:
         part, preds, q_halt, logits = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
         if scorer is not None:  # host copies only for a task that reads them

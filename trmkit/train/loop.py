@@ -241,7 +241,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
         apply_to_model(plan, model)
         slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
         state = new_state(model, slots, cfg.model.seq_len, device)
-        net = dist_mod.wrap(model, device) if world.active else None  # after compiling, as DDP asks
+        net = dist_mod.wrap(model) if world.active else None  # after compiling, as DDP asks
         if world.active and opts.sparse is not None:
             opts.sparse.gather = dist_mod.gather_rows
     guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
@@ -301,10 +301,11 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Spli
     if split is None:
         return {}
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    share = (s.world.rank, s.world.size) if s.world.active and s.scorer is None else (0, 1)  # see _evaluate
     while True:
         size = s.eval_batch or int(s.plan.eval_batch.value)
         try:
-            return _evaluate(s, eval_batches(split, size, limit), log, split)
+            return _evaluate(s, eval_batches(split, size, limit, *share), log, split)
         except (RuntimeError, MemoryError) as err:
             if not is_out_of_memory(err) or size <= 1 or s.world.active:  # the other processes would not retry
                 raise
