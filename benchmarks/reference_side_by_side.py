@@ -18,7 +18,9 @@ N_sup=16, 16 puzzle-embedding positions, halting exploration 0.1), batch --batch
   Sudoku-shaped tensors (tokens 1-10), a fresh one each step, as its loader would give.
   Its `forward_dtype` is set to --dtype (the reference casts weights and activations itself).
 - trmkit: `trmkit.bench`'s session (the training loop's model, optimizers and `train_step`),
-  autocast in --dtype, the whole batch in one micro-batch, no activation checkpointing.
+  autocast in --dtype, the whole batch in one micro-batch, no activation checkpointing, and
+  the planner's `fused_inference` choice (on for eager bf16 on a CPU: no-gradient calls use
+  oneDNN's fused matmuls; off under --compile).
 
 Each measurement runs in its own fresh process (nothing one side sets, such as allocator
 settings, leaks into the other), warms up --warmup steps, then times --steps steps; the sides

@@ -165,3 +165,67 @@ def test_act_loss_targets_exactness():
     # d BCE / d q = sigmoid(q) - target = 0.5 - 1 and 0.5 - 0, times weight 0.5
     assert torch.allclose(q.grad, torch.tensor([-0.25, 0.25]))
 
+
+
+def test_rms_norm_backward_matches_its_formula():
+    """The hand-written backward of RMSNorm against finite differences, for contiguous and
+    transposed inputs (the mlp_t mixer normalises a transposed view)."""
+    from trmkit.model.layers import rms_norm
+    x = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rms_norm(t, 1e-5), (x,))
+    assert torch.autograd.gradcheck(lambda t: rms_norm(t.transpose(1, 2), 1e-5), (x,))
+    xb = torch.randn(5, 8).to(torch.bfloat16).requires_grad_()
+    y = rms_norm(xb, 1e-5)
+    y.float().sum().backward()
+    assert y.dtype == xb.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("mixer", ["mlp_t", "attention"])
+def test_fused_inference_matches_the_plain_network_under_bf16(mixer):
+    """Calls without gradients under bf16 autocast take the oneDNN path: bf16 output within bf16
+    tolerance of the plain path; with gradients, or without autocast, nothing changes."""
+    from trmkit.model.layers import fused_inference_works
+    if fused_inference_works():
+        pytest.skip(fused_inference_works())
+    torch.manual_seed(0)
+    model = TRM(tiny_cfg(mixer=mixer, hidden_size=64, L_layers=2))
+    net, rope = model.net, model._rope(model.seq_total)
+    h, inj = torch.randn(4, model.seq_total, 64), torch.randn(4, model.seq_total, 64)
+    calls = []
+    for block in net.blocks:
+        block.forward_fused = (lambda f: lambda *a: calls.append(1) or f(*a))(block.forward_fused)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            plain = net(h, inj, rope)
+            net.fused_inference = True
+            fused = net(h, inj, rope)
+        assert len(calls) == 2 and fused.dtype == torch.bfloat16
+        rel = ((fused.float() - plain.float()).norm() / plain.float().norm()).item()
+        assert rel < 0.02, rel
+        with_grad = net(h, inj, rope)  # gradients on: the plain path, bit for bit
+    net.fused_inference = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(with_grad, net(h, inj, rope))
+    with torch.no_grad():  # float32: the plain path
+        plain32 = net(h, inj, rope)
+        net.fused_inference = True
+        assert torch.equal(net(h, inj, rope), plain32)
+    assert len(calls) == 2
+
+
+def test_fused_inference_recasts_weights_after_an_update():
+    """The bf16 weight copies follow in-place updates (optimizer steps, EMA swaps)."""
+    from trmkit.model.layers import SwiGLU, fused_inference_works
+    if fused_inference_works():
+        pytest.skip(fused_inference_works())
+    torch.manual_seed(0)
+    mlp = SwiGLU(64, 4.0)
+    x = torch.randn(8, 64).to(torch.bfloat16)
+    with torch.no_grad():
+        before = mlp.fused_residual(x)
+        assert mlp.fused_residual(x) is not before and mlp.bf16_weights()[0] is mlp.bf16_weights()[0]
+        mlp.up.weight.mul_(2.0)
+        after = mlp.fused_residual(x).float()
+        plain = x.float() + mlp(x.float())
+    assert not torch.equal(before.float(), after)
+    assert ((after - plain).norm() / plain.norm()).item() < 0.02

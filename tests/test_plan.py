@@ -407,3 +407,19 @@ def test_a_run_that_measured_more_raises_the_next_plans_estimate_and_narrows_the
     assert plan_mod.learn_from_peaks(cfg.model, "float32", tmp_path, {"train step": -5e8}, "test")
     third = plan_mod.make_plan(cfg, hw, budget_bytes=3 * GiB, cache_dir=tmp_path, log=lambda _: None)
     assert third.estimate.parts["runtime overhead"] == second.estimate.parts["runtime overhead"]
+
+
+def test_fused_inference_is_chosen_for_bf16_on_the_cpu_without_compile(monkeypatch):
+    choose = plan_mod.choose_fused_inference
+    monkeypatch.setattr(plan_mod, "fused_inference_works", lambda: "")
+    assert choose("auto", "cpu", "bfloat16", compiled=False).value is True
+    assert "epilogue" in choose("auto", "cpu", "bfloat16", compiled=False).reason
+    assert choose("on", "cpu", "bfloat16", compiled=False).value is True
+    assert choose("off", "cpu", "bfloat16", compiled=False).value is False
+    for device, dtype in (("cpu", "float32"), ("cuda", "bfloat16")):
+        off = choose("on", device, dtype, compiled=False)
+        assert off.value is False and f"{dtype} on {device}" in off.reason
+    assert "compile" in choose("auto", "cpu", "bfloat16", compiled=True).reason
+    monkeypatch.setattr(plan_mod, "fused_inference_works", lambda: "oneDNN's fused matmul is not available")
+    broken = choose("auto", "cpu", "bfloat16", compiled=False)
+    assert broken.value is False and "not available" in broken.reason

@@ -74,7 +74,7 @@ from trmkit import hardware
 from trmkit.memory import kernel_peak
 from trmkit.hardware import format_bytes, keep_freed_memory, probe_platform
 from trmkit.plan import (CPU, DTYPES, MemoryContext, autocast_factory, cached_calibration, choose_budget,
-                         choose_keep_freed_memory, largest_micro_batch, process_baseline)
+                         choose_fused_inference, choose_keep_freed_memory, largest_micro_batch, process_baseline)
 from trmkit.data.store import Batch, SampleStream
 from trmkit.model.layers import swiglu_width
 from trmkit.model.trm import TRM
@@ -262,6 +262,7 @@ def bench_settings(cfg: Config) -> dict[str, Any]:
         raise ConfigError("trmkit bench measures the CPU: set run.device=cpu or auto")
     dtype = cfg.run.dtype if cfg.run.dtype in DTYPES else "float32"
     keep, _ = choose_keep_freed_memory(cfg.run.keep_freed_memory, probe_platform().libc, CPU)
+    fused = choose_fused_inference(cfg.run.fused_inference, CPU, dtype, cfg.run.compile == "on")
     return {
         "dtype": dtype,
         "dtype_reason": "run.dtype" if cfg.run.dtype in DTYPES else "run.dtype=auto -> float32 (CPU default)",
@@ -274,6 +275,8 @@ def bench_settings(cfg: Config) -> dict[str, Any]:
         "threads_reason": "run.threads" if cfg.run.threads > 0 else "torch's current setting (run.threads=0)",
         "keep_freed_memory": keep.value,
         "keep_freed_memory_reason": keep.reason,
+        "fused_inference": fused.value,
+        "fused_inference_reason": fused.reason,
     }
 
 
@@ -286,6 +289,7 @@ def build_session(cfg: Config, settings: dict[str, Any], compile_target: str = "
         keep_freed_memory()  # as the training loop does (plan.apply_to_process)
     model = TRM(cfg.model).to(device)
     model.grad_checkpointing = settings["grad_checkpointing"]
+    model.net.fused_inference = settings["fused_inference"]
     if settings["compile"]:
         (model.net if compile_target == "net" else model).compile()  # in place: parameter names unchanged
     ctx = StepContext(micro_batch=settings["micro_batch"], ignore_label_id=ignore, device=device,
@@ -440,7 +444,8 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
     for line in (f"dtype={settings['dtype']} ({settings['dtype_reason']})",
                  f"compile={settings['compile']} ({settings['compile_reason']})",
                  f"threads={settings['threads']} ({settings['threads_reason']})",
-                 f"keep_freed_memory={settings['keep_freed_memory']} ({settings['keep_freed_memory_reason']})"):
+                 f"keep_freed_memory={settings['keep_freed_memory']} ({settings['keep_freed_memory_reason']})",
+                 f"fused_inference={settings['fused_inference']} ({settings['fused_inference_reason']})"):
         log(f"bench: {line}")
     mem = None
     if opts.memory:  # first, so the probe processes do not share RAM with this one's batch

@@ -189,12 +189,13 @@ class RunConfig:
     memory_budget: str = ""  # e.g. "6GB"; empty = 80% of the effective limit minus what is in use
     memory_guard: bool = True  # shrink the micro-batch before memory runs out
     keep_freed_memory: str = "auto"  # "auto", "on" or "off": glibc keeps freed blocks for reuse
+    fused_inference: str = "auto"  # "auto", "on" or "off": no-gradient calls fuse SwiGLU into oneDNN matmuls
     dist_timeout: float = 1800.0  # several processes: seconds a collective waits for a silent rank
 
     def __post_init__(self) -> None:
         for key, allowed in (("dtype", ("auto", "float32", "bfloat16")), ("compile", SWITCH),
                              ("grad_checkpointing", SWITCH),
-                             ("keep_freed_memory", SWITCH)):
+                             ("keep_freed_memory", SWITCH), ("fused_inference", SWITCH)):
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")

@@ -19,7 +19,8 @@ training step:
   raised by what earlier runs measured beyond the estimate: `learn_from_peaks`),
   the weights, their gradients and the guard's copy of them, Adam's m and v,
   the EMA copy, the puzzle-embedding
-  table and, under bf16 autocast, the bf16 copies of the weights.
+  table and, under bf16 autocast, the bf16 copies of the weights (autocast's and the
+  fused no-gradient path's).
 - carry_per_slot, for every slot of the *global* batch (they persist across
   micro-batches): z_H and z_L (each micro-batch's outputs overwrite its slots
   in place once its backward is done), the puzzle-embedding rows and their
@@ -69,7 +70,7 @@ from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.hardware import (KEEP_TRIM_THRESHOLD, HardwareInfo, effective_available, format_bytes,
                               keep_freed_memory, return_freed_memory)
 from trmkit.memory import kernel_peak
-from trmkit.model.layers import Network, rotary_tables, swiglu_width
+from trmkit.model.layers import Network, fused_inference_works, rotary_tables, swiglu_width
 from trmkit.model.trm import input_dtype
 
 Log = Callable[[str], None]
@@ -158,13 +159,15 @@ class Plan:
     eval_batch: Choice = field(default_factory=lambda: Choice(EVAL_BATCH_MAX, "default"))
     compile: Choice = field(default_factory=lambda: Choice(False, "default"))
     keep_freed_memory: Choice = field(default_factory=lambda: Choice(False, "default"))
+    fused_inference: Choice = field(default_factory=lambda: Choice(False, "default"))
     estimate: MemoryEstimate | None = None
     step_seconds: float | None = None  # estimated wall time of one optimizer step
     trim_threshold: int = 0  # free heap top glibc may keep (keep_freed_memory); see choose_keep_freed_memory
 
     def choices(self) -> dict[str, Choice]:
         names = ("device", "threads", "interop_threads", "workers", "dtype", "budget", "micro_batch",
-                 "accumulation", "grad_checkpointing", "eval_batch", "compile", "keep_freed_memory")
+                 "accumulation", "grad_checkpointing", "eval_batch", "compile", "keep_freed_memory",
+                 "fused_inference")
         return {k: getattr(self, k) for k in names}
 
     def lines(self) -> list[str]:
@@ -357,8 +360,8 @@ def fixed_parts(m: ModelConfig, dtype: str, baseline: int, calib: Calibration,
         "EMA copy": 4 * n if ema else 0,
         "puzzle embeddings": 4 * m.num_puzzle_ids * (m.puzzle_emb_dim or m.puzzle_emb_len * m.hidden_size),
     }
-    if dtype == "bfloat16":
-        parts["bf16 weight copies"] = 2 * n
+    if dtype == "bfloat16":  # autocast's, and the fused no-gradient path's (plan.choose_fused_inference)
+        parts["bf16 weight copies"] = 4 * n
     return parts
 
 
@@ -734,6 +737,25 @@ def choose_keep_freed_memory(setting: str, libc: str, device: str, room: int = K
                         "the guard still returns memory when it shrinks (docs/performance.md)" + kept), trim
 
 
+def choose_fused_inference(setting: str, device: str, dtype: str, compiled: bool) -> Choice:
+    """Whether calls of the network without gradients (the first T-1 cycles, evaluation) run
+    SwiGLU as oneDNN matmuls with SiLU, the product and the residual add in their epilogue."""
+    if setting == "off":
+        return Choice(False, "set in the config (run.fused_inference)")
+    if device != CPU or dtype != "bfloat16":
+        return Choice(False, f"the fused oneDNN matmuls are for bf16 on a CPU; this run is {dtype} on {device}")
+    if compiled:
+        return Choice(False, "torch.compile fuses the element-wise work itself")
+    broken = fused_inference_works()
+    if broken:
+        return Choice(False, broken)
+    how = "set in the config (run.fused_inference)" if setting == "on" else (
+        "no-gradient calls (the first T-1 cycles, evaluation) put SiLU, the SwiGLU product and the residual "
+        "add into oneDNN's matmul epilogues instead of three passes over the widest activations; "
+        "their residual stream is bf16 (docs/performance.md)")
+    return Choice(True, how)
+
+
 def choose_workers() -> Choice:
     return Choice(0, "the data store is memory-mapped and a step reads only its rows: "
                      "loader processes would add memory and copies, not speed")
@@ -1070,10 +1092,11 @@ def make_plan(cfg: Config, hw: HardwareInfo, budget_bytes: int | None = None,
     keep, trim = choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc, device.value,
                                           max(budget.value - estimate.total, estimate.parts["activations"]),
                                           tight=budget.value < TIGHT_BUDGET * estimate.total)
+    fused = choose_fused_inference(cfg.run.fused_inference, device.value, dtype.value, bool(compiled.value))
     plan = Plan(device=device, dtype=dtype, threads=threads, micro_batch=micro, accumulation=accumulation,
                 interop_threads=interop, workers=choose_workers(), budget=budget, grad_checkpointing=ckpt,
                 eval_batch=eval_batch, compile=compiled, step_seconds=step_s, keep_freed_memory=keep,
-                trim_threshold=trim, estimate=estimate)
+                fused_inference=fused, trim_threshold=trim, estimate=estimate)
     for line in plan.lines():
         log(f"plan: {line}")
     return plan
@@ -1135,5 +1158,6 @@ def apply_to_model(plan: Plan, model: torch.nn.Module) -> None:
     """Set activation checkpointing and compile the shared network in place (state_dict keys
     stay free of compile prefixes)."""
     model.grad_checkpointing = bool(plan.grad_checkpointing.value)
+    model.net.fused_inference = bool(plan.fused_inference.value)
     if plan.compile.value:
         model.net.compile()

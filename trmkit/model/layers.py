@@ -6,6 +6,18 @@ Departures from / choices beyond the paper (all follow the public reference code
 - In the `mlp_t` mixer the post-norm of the sequence-mixing sub-block is taken
   while the sequence axis is last, i.e. it normalises over positions, as the
   reference code does; the channel MLP's post-norm normalises over channels.
+
+Speed (docs/performance.md), same mathematics:
+- Under autocast a sub-block casts its input to the low precision once
+  (`lowp`), contiguous, and both SwiGLU matmuls read that copy; autocast would
+  cast it once per matmul, and a transposed input would be copied again inside
+  each. The residual sums stay float32.
+- `Network.fused_inference` (chosen by the planner): calls without gradients
+  under bf16 autocast on a CPU run each SwiGLU as three oneDNN matmuls that
+  apply SiLU, the gate-up product and the residual add in their epilogue
+  (`fused_swiglu_residual`), instead of three more passes over the widest
+  activations. Those calls keep their residual stream in bf16, as the
+  reference code does everywhere; calls with gradients are unchanged.
 """
 
 from __future__ import annotations
@@ -20,9 +32,52 @@ from torch.utils.checkpoint import checkpoint
 
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """Weightless RMSNorm over the last axis, computed in float32."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
-    return x32.to(x.dtype)
+    return _RMSNorm.apply(x, eps)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) with a hand-written backward, dx = r (dy - y mean(dy y)):
+    two passes over x forward and three backward, where autograd's graph of the same formula
+    takes three and six (docs/performance.md). Saves y and r, as many bytes as autograd's x and r."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+        r = torch.linalg.vector_norm(x32, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        y = x32 * r
+        ctx.save_for_backward(y, r)
+        ctx.input_dtype = x.dtype
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        y, r = ctx.saved_tensors
+        dy = dy.to(y.dtype)
+        c = torch.linalg.vecdot(dy, y, dim=-1).unsqueeze(-1).div_(y.shape[-1])
+        return torch.addcmul(dy, y, c, value=-1).mul_(r).to(ctx.input_dtype), None
+
+
+def lowp(x: torch.Tensor) -> torch.Tensor:
+    """x in autocast's low-precision dtype and contiguous, in one copy; x (contiguous) without autocast."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        if x.dtype != dtype:
+            return x.to(dtype, memory_format=torch.contiguous_format)
+    return x.contiguous()
+
+
+def as_bf16_rows(x: torch.Tensor, width: int) -> torch.Tensor:
+    """x as a contiguous (N, width) bf16 matrix (one copy at most)."""
+    if x.dtype != torch.bfloat16:
+        x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)
+    return x.reshape(-1, width)
+
+
+def fused_inference_applies(x: torch.Tensor) -> bool:
+    """Whether a call without gradients can take the fused path: bf16 autocast on a CPU."""
+    return (x.device.type == "cpu" and not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16)
 
 
 def swiglu_width(d: int, expansion: float) -> int:
@@ -55,6 +110,25 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
+
+    def fused_residual(self, x: torch.Tensor) -> torch.Tensor:
+        """x + self(x) without autograd, x a contiguous (N, d) bf16 matrix: oneDNN matmuls with
+        SiLU, the product with up(x) and the residual add in their epilogues (no extra passes)."""
+        gate, up, down = self.bf16_weights()
+        mkldnn = torch.ops.mkldnn
+        g = mkldnn._linear_pointwise(x, gate, None, "swish", [], "")  # silu(x @ gate.T)
+        p = mkldnn._linear_pointwise.binary(x, g, up, None, "mul")  # (x @ up.T) * g
+        return mkldnn._linear_pointwise.binary(p, x, down, None, "add")  # (p @ down.T) + x
+
+    def bf16_weights(self) -> list[torch.Tensor]:
+        """bf16 copies of the three weights, made again only after a weight changed (in-place
+        updates bump a tensor's version): once per optimizer step, not once per call."""
+        linears = (self.gate, self.up, self.down)
+        key = tuple((lin.weight.data_ptr(), lin.weight._version) for lin in linears)
+        if getattr(self, "_bf16_key", None) != key:
+            self._bf16 = [lin.weight.detach().to(torch.bfloat16) for lin in linears]
+            self._bf16_key = key
+        return self._bf16
 
 
 def rotary_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,10 +182,21 @@ class Block(nn.Module):
     def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         if self.mixer == "mlp_t":
             t = h.transpose(1, 2)  # (B, D, S)
-            h = rms_norm(t + self.mix(t), self.eps).transpose(1, 2)  # (B, S, D)
+            h = rms_norm(t + self.mix(lowp(t)), self.eps).transpose(1, 2)  # (B, S, D)
         else:
-            h = rms_norm(h + self.mix(h, rope), self.eps)
-        return rms_norm(h + self.mlp(h), self.eps)
+            h = rms_norm(h + self.mix(lowp(h), rope), self.eps)
+        return rms_norm(h + self.mlp(lowp(h)), self.eps)
+
+    def forward_fused(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """`forward` without autograd under bf16 autocast on a CPU (see fused_inference_applies);
+        returns bf16."""
+        B, S, D = h.shape
+        if self.mixer == "mlp_t":
+            t = self.mix.fused_residual(as_bf16_rows(h.transpose(1, 2), S))  # (B*D, S)
+            h = rms_norm(t.view(B, D, S), self.eps).transpose(1, 2)  # (B, S, D)
+        else:
+            h = rms_norm(h + self.mix(lowp(h), rope), self.eps)
+        return rms_norm(self.mlp.fused_residual(as_bf16_rows(h, D)), self.eps).view(B, S, D)
 
 
 class Network(nn.Module):
@@ -123,11 +208,36 @@ class Network(nn.Module):
         self.blocks = nn.ModuleList(
             Block(d, seq_total, mixer, num_heads, expansion, eps) for _ in range(L_layers)
         )
+        self.fused_inference = False  # set by the planner (plan.choose_fused_inference)
 
     def forward(self, h: torch.Tensor, injection: torch.Tensor,
                 rope: tuple[torch.Tensor, torch.Tensor] | None, recompute: bool = False) -> torch.Tensor:
         """recompute: keep only each block's input and recompute the block in backward."""
         h = h + injection
+        if self.fused_inference and fused_inference_applies(h):
+            return self._fused_blocks(h, rope)
         for block in self.blocks:
             h = checkpoint(block, h, rope, use_reentrant=False) if recompute else block(h, rope)
         return h
+
+    @torch.compiler.disable  # inductor cannot lower oneDNN's fused matmuls: under compile they run eagerly
+    def _fused_blocks(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        for block in self.blocks:
+            h = block.forward_fused(h, rope)
+        return h
+
+
+def fused_inference_works() -> str:
+    """'' if the oneDNN matmuls with fused epilogues run here and agree with the plain SwiGLU
+    (bf16 tolerance), else why not."""
+    try:
+        torch.manual_seed(0)
+        mlp = SwiGLU(64, 4.0)
+        x = torch.randn(8, 64).to(torch.bfloat16)
+        with torch.no_grad():
+            fused = mlp.fused_residual(x).float()
+            plain = x.float() + mlp(x.float())
+    except (RuntimeError, AttributeError, NotImplementedError) as err:
+        return f"oneDNN's fused matmul is not available in this torch build ({type(err).__name__}: {err})"[:300]
+    err = ((fused - plain).norm() / plain.norm()).item()
+    return "" if err < 0.02 else f"oneDNN's fused matmul disagrees with the plain SwiGLU (relative error {err:.3f})"
