@@ -229,3 +229,12 @@ def test_fused_inference_recasts_weights_after_an_update():
         plain = x.float() + mlp(x.float())
     assert not torch.equal(before.float(), after)
     assert ((after - plain).norm() / plain.norm()).item() < 0.02
+
+
+def test_fused_inference_probe_leaves_the_random_state_alone():
+    from trmkit.model.layers import fused_inference_works
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    fused_inference_works()
+    assert torch.equal(torch.rand(3), expected)

@@ -231,10 +231,10 @@ def fused_inference_works() -> str:
     """'' if the oneDNN matmuls with fused epilogues run here and agree with the plain SwiGLU
     (bf16 tolerance), else why not."""
     try:
-        torch.manual_seed(0)
-        mlp = SwiGLU(64, 4.0)
-        x = torch.randn(8, 64).to(torch.bfloat16)
-        with torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # the run's random state is left as it was
+            torch.manual_seed(0)
+            mlp = SwiGLU(64, 4.0)
+            x = torch.randn(8, 64).to(torch.bfloat16)
             fused = mlp.fused_residual(x).float()
             plain = x.float() + mlp(x.float())
     except (RuntimeError, AttributeError, NotImplementedError) as err:
