@@ -36,7 +36,8 @@ training step:
 two real steps (in fresh subprocesses, so peak RSS is clean) and caches them per
 config and torch version; without it, defaults measured with torch 2.13 on an
 x86-64 Linux CPU are used (docs/planning.md has the table: within 10% of the
-measured peak for the Sudoku configs).
+measured peak for the Sudoku configs; since 2026-11-27 the real steps need up to 13% less
+than that, an over-estimate, which the budget tolerates).
 
 Nothing runs at import time. Measurements run inside `make_plan` only: the
 speed of one network call at float32/bf16 (a few seconds, cached per machine,
