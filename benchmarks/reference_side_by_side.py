@@ -27,6 +27,10 @@ settings, leaks into the other), warms up --warmup steps, then times --steps ste
 alternate (reference, trmkit, reference, trmkit, ...) and the ratio of each pair is printed:
 trmkit samples/s over the reference's. --compile compiles the whole model on both sides.
 
+--reference-keeps-freed-memory gives the reference's fresh process trmkit's glibc setting
+(`keep_freed_memory`: freed activation buffers stay in the heap instead of being unmapped and
+faulted back in), so that the pairs compare the models and steps alone.
+
 --same-process builds both sides in one process and alternates single steps (reference,
 trmkit, then trmkit, reference, ...) for --steps rounds: on a noisy shared machine both sides
 see the same load, so the per-round ratios are much tighter than the pairs'. The process's
@@ -116,6 +120,10 @@ def worker(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.worker == "reference" and args.reference_keeps_freed_memory:
+        sys.path.insert(0, str(ROOT))
+        from trmkit.hardware import keep_freed_memory
+        keep_freed_memory()  # what trmkit's planner sets for itself (run.keep_freed_memory=auto, glibc)
     step = (reference_step_fn(Path(args.reference), args.batch, args.dtype, args.compile) if args.worker == "reference"
             else trmkit_step_fn(args.batch, args.dtype, args.compile))
     for _ in range(args.warmup):
@@ -165,7 +173,8 @@ def interleaved(args) -> None:
 def measure(side: str, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, "--reference", args.reference, "--batch", str(args.batch),
            "--dtype", args.dtype, "--threads", str(args.threads), "--steps", str(args.steps),
-           "--warmup", str(args.warmup)] + (["--compile"] if args.compile else [])
+           "--warmup", str(args.warmup)] + (["--compile"] if args.compile else []) \
+        + (["--reference-keeps-freed-memory"] if args.reference_keeps_freed_memory else [])
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -186,6 +195,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--same-process", action="store_true",
                     help="both sides in one process, steps alternating one by one (--steps rounds)")
+    ap.add_argument("--reference-keeps-freed-memory", action="store_true",
+                    help="fresh processes: give the reference's process trmkit's glibc setting too "
+                         "(keep_freed_memory), as --same-process does")
     ap.add_argument("--worker", choices=["reference", "trmkit"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
