@@ -15,7 +15,7 @@ Speed (docs/performance.md), same mathematics:
 - `Network.fused_inference` (chosen by the planner): calls without gradients
   under bf16 autocast on a CPU run each SwiGLU as three oneDNN matmuls that
   apply SiLU, the gate-up product and the residual add in their epilogue
-  (`fused_swiglu_residual`), instead of three more passes over the widest
+  (`SwiGLU.fused_residual`), instead of three more passes over the widest
   activations. Those calls keep their residual stream in bf16, as the
   reference code does everywhere; calls with gradients are unchanged.
 """
