@@ -67,13 +67,6 @@ def lowp(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-def as_bf16_rows(x: torch.Tensor, width: int) -> torch.Tensor:
-    """x as a contiguous (N, width) bf16 matrix (one copy at most)."""
-    if x.dtype != torch.bfloat16:
-        x = x.to(torch.bfloat16, memory_format=torch.contiguous_format)
-    return x.reshape(-1, width)
-
-
 def fused_inference_applies(x: torch.Tensor) -> bool:
     """Whether a call without gradients can take the fused path: bf16 autocast on a CPU."""
     return (x.device.type == "cpu" and not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
@@ -184,19 +177,23 @@ class Block(nn.Module):
             t = h.transpose(1, 2)  # (B, D, S)
             h = rms_norm(t + self.mix(lowp(t)), self.eps).transpose(1, 2)  # (B, S, D)
         else:
-            h = rms_norm(h + self.mix(lowp(h), rope), self.eps)
+            h = self.attend(h, rope)
         return rms_norm(h + self.mlp(lowp(h)), self.eps)
 
     def forward_fused(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        """`forward` without autograd under bf16 autocast on a CPU (see fused_inference_applies);
-        returns bf16."""
+        """`forward` without autograd under bf16 autocast on a CPU (see fused_inference_applies,
+        so `lowp` gives bf16); returns bf16."""
         B, S, D = h.shape
         if self.mixer == "mlp_t":
-            t = self.mix.fused_residual(as_bf16_rows(h.transpose(1, 2), S))  # (B*D, S)
+            t = self.mix.fused_residual(lowp(h.transpose(1, 2)).view(-1, S))  # (B*D, S)
             h = rms_norm(t.view(B, D, S), self.eps).transpose(1, 2)  # (B, S, D)
         else:
-            h = rms_norm(h + self.mix(lowp(h), rope), self.eps)
-        return rms_norm(self.mlp.fused_residual(as_bf16_rows(h, D)), self.eps).view(B, S, D)
+            h = self.attend(h, rope)
+        return rms_norm(self.mlp.fused_residual(lowp(h).view(-1, D)), self.eps).view(B, S, D)
+
+    def attend(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """The attention sub-block, the same on both paths."""
+        return rms_norm(h + self.mix(lowp(h), rope), self.eps)
 
 
 class Network(nn.Module):
@@ -237,7 +234,7 @@ def fused_inference_works() -> str:
             x = torch.randn(8, 64).to(torch.bfloat16)
             fused = mlp.fused_residual(x).float()
             plain = x.float() + mlp(x.float())
-    except (RuntimeError, AttributeError, NotImplementedError) as err:
+    except (RuntimeError, AttributeError, NotImplementedError) as err:  # no such op, no kernel for it here
         return f"oneDNN's fused matmul is not available in this torch build ({type(err).__name__}: {err})"[:300]
     err = ((fused - plain).norm() / plain.norm()).item()
     return "" if err < 0.02 else f"oneDNN's fused matmul disagrees with the plain SwiGLU (relative error {err:.3f})"
