@@ -18,16 +18,16 @@ import sys
 import torch
 
 from paper_sudoku import paper_config
-from trmkit import bench
+from trmkit.bench import session
 from trmkit import config as config_mod
 
 
 def measure(cfg, target: str, warmup: int, steps: int) -> dict[str, float]:
     cfg = config_mod.replace(cfg, "run", compile="off" if target == "eager" else "on")
     torch._dynamo.reset()  # each target compiles from scratch
-    s = bench.build_session(cfg, bench.bench_settings(cfg), compile_target=target)
-    warm = bench.timed_steps(s, warmup)
-    times = bench.timed_steps(s, steps)
+    s = session.build_session(cfg, session.bench_settings(cfg), compile_target=target)
+    warm = session.timed_steps(s, warmup)
+    times = session.timed_steps(s, steps)
     med = statistics.median(times)
     return {"warmup_s": sum(warm), "compile_s": max(0.0, sum(warm) - warmup * med), "median_step_s": med,
             "min_step_s": min(times)}

@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trmkit import config as config_mod  # noqa: E402
-from trmkit.data.sudoku import build_sudoku  # noqa: E402
+from trmkit.tasks.sudoku.build import build_sudoku  # noqa: E402
 from trmkit.monitor import read_metrics  # noqa: E402
-from trmkit.plan import count_parameters  # noqa: E402
+from trmkit.plan.memory_model import count_parameters  # noqa: E402
 
 
 def run_training(nproc: int, threads: int, cfg_path: str, data: Path, out: Path, args) -> dict:

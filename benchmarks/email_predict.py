@@ -22,8 +22,9 @@ LINE = re.compile(r"predict: (\d+) messages in ([\d.]+) s \((\d+) messages/s.*pe
 
 
 def predict(model: str, inputs: list[str], *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "trmkit.cli", "email", "predict", model, *inputs, "--out", "/dev/null", *extra]
-    err = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    cmd = [sys.executable, "-m", "trmkit.cli", "email", "predict", model, *inputs, *extra]
+    # the predictions go to stdout, discarded (`--out` writes regular files only, atomically)
+    err = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True).stderr
     line = next(x for x in err.splitlines() if x.startswith("predict:"))
     print("  " + line, flush=True)
     n, seconds, rate, rss = LINE.search(line).groups()
@@ -31,7 +32,8 @@ def predict(model: str, inputs: list[str], *extra: str) -> dict:
 
 
 def write_mbox(folder: Path, path: Path, megabytes: float) -> int:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".") and p.name != "README.txt")
+    files = sorted(p for p in folder.rglob("*")
+                   if p.is_file() and not p.name.startswith(".") and p.name != "README.txt")
     target, written, n = megabytes * 2**20, 0, 0
     with open(path, "wb") as out:
         while written < target:

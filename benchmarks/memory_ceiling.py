@@ -4,7 +4,8 @@ Each case runs the real `trmkit train CONFIG ... --memory-budget B` in a fresh p
 memory cgroup whose hard limit is exactly B (v1 memory.limit_in_bytes and memsw, or v2 memory.max
 with no swap). Without a writable memory cgroup (not root, or no memory controller) there is no
 hard limit on resident memory to run under (RLIMIT_AS bounds virtual memory, which a torch process
-has ~0.5-1 GB more of than it touches), so the script says why and exits 2. Twice per budget: with an empty measurement cache (the planner's dtype
+has ~0.5-1 GB more of than it touches), so the script says why and exits 2. Twice per budget: with an
+empty measurement cache (the planner's dtype
 and speed probes run inside the limit) and with the cache the first run left (probes skipped, the
 calibration it learned is used).
 
@@ -27,15 +28,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_limit import Cgroup, find_cgroup_root  # noqa: E402
+from trmkit.hardware.limits import find_cgroup_root, run_in_cgroup
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 10**9
@@ -86,20 +84,10 @@ def run_case(name: str, cache: str, out: Path, data: Path, steps: int, cgroup,
             f"train.max_steps={steps}", f"run.dir={run_dir}", *extra, "--memory-budget", str(budget)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(cache_dir)}
     r = Result(name, cache, f"cgroup v{cgroup[1]}", budget)
-    cg = Cgroup(cgroup[0], cgroup[1], f"trmkit-ceiling-{os.getpid()}-{name}-{cache}", budget)
     run_dir.mkdir(parents=True)
-    t0 = time.perf_counter()
-    try:
-        with open(run_dir / "output.txt", "w") as log:
-            child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                                     preexec_fn=cg.join)
-            _, status, usage = os.wait4(child.pid, 0)
-        r.exit_code, r.max_rss = os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024
-    finally:
-        stats = cg.stats()
-        r.cgroup_peak, r.oom_kills = stats["cgroup_peak"], stats["oom_kills"]
-        cg.remove()
-    r.seconds = time.perf_counter() - t0
+    done = run_in_cgroup(argv, budget, cgroup, f"ceiling-{name}-{cache}", run_dir / "output.txt", env, REPO)
+    r.exit_code, r.max_rss, r.seconds = done["exit_code"], done["max_rss"], done["seconds"]
+    r.cgroup_peak, r.oom_kills = done["cgroup_peak"], done["oom_kills"]
     read_run(r, run_dir)
     return r
 
@@ -151,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"hard limit: cgroup v{cgroup[1]} at {cgroup[0]}")
     data = out / "data"
     if not (data / "train" / "meta.json").is_file():
-        from trmkit.data.sudoku import build_sudoku
+        from trmkit.tasks.sudoku.build import build_sudoku
         build_sudoku("generate", data, num_generate=256, aug=2, seed=0, log=lambda m: None)
     results = []
     try:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -68,9 +67,8 @@ data: {eval_limit: 6}
 """ % BATCH
 
 # The trainer: `trmkit train ARGS`, writing its own Vm* high-water marks at exit
-# (atexit also runs after an uncaught exception; not after SIGKILL). One copy, in the test.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.test_memory_limit
-from tests.test_memory_limit import CHILD  # noqa: E402
+# (atexit also runs after an uncaught exception; not after SIGKILL): trmkit.hardware.limits.
+from trmkit.hardware.limits import TRAIN_REPORTING_VM as CHILD, Cgroup, find_cgroup_root, set_rlimit_as  # noqa: E402
 
 # The other program: a browser whose tabs are processes (as Chrome's and Firefox's are).
 # When the trainer's metrics.jsonl shows each step of its schedule, it opens tabs of
@@ -108,104 +106,6 @@ while True:
 
 
 # ----------------------------------------------------------------------------- limits
-
-class Cgroup:
-    """A fresh memory cgroup with a hard limit (no swap), joined by children at fork."""
-
-    def __init__(self, root: str, version: int, name: str, limit: int) -> None:
-        self.path, self.version, self.limit = os.path.join(root, name), version, limit
-        os.mkdir(self.path)
-        try:
-            if version == 1:
-                self._write("memory.limit_in_bytes", limit)
-                if os.path.exists(self._file("memory.memsw.limit_in_bytes")):
-                    self._write("memory.memsw.limit_in_bytes", limit)
-            else:
-                self._write("memory.max", limit)
-                if os.path.exists(self._file("memory.swap.max")):
-                    self._write("memory.swap.max", 0)
-        except OSError:
-            self.remove()
-            raise
-
-    def _file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
-    def _write(self, name: str, value: int) -> None:
-        with open(self._file(name), "w") as f:
-            f.write(str(value))
-
-    def _read(self, name: str) -> str:
-        try:
-            with open(self._file(name)) as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def join(self) -> None:
-        """Move the calling process in (run in the child between fork and exec)."""
-        self._write("cgroup.procs", os.getpid())
-
-    def stats(self) -> dict:
-        def key(text: str, name: str) -> int | None:
-            found = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
-            return int(found[0]) if found else None
-
-        if self.version == 1:
-            peak, failcnt = self._read("memory.max_usage_in_bytes"), self._read("memory.failcnt")
-            return {"cgroup_peak": int(peak) if peak else None, "cgroup_failcnt": int(failcnt or 0),
-                    "oom_kills": key(self._read("memory.oom_control"), "oom_kill")}
-        events, peak = self._read("memory.events"), self._read("memory.peak")
-        return {"cgroup_peak": int(peak) if peak else None, "cgroup_failcnt": key(events, "max"),
-                "oom_kills": key(events, "oom_kill")}
-
-    def remove(self) -> None:
-        for _ in range(100):  # the last child may still be leaving
-            try:
-                os.rmdir(self.path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.05)
-        print(f"warning: could not remove {self.path}", file=sys.stderr)
-
-
-def find_cgroup_root() -> tuple[tuple[str, int] | None, str]:
-    """((mount point, version), "") of a memory cgroup hierarchy to create children in,
-    else (None, why not)."""
-    if os.geteuid() != 0:
-        return None, "not root: cannot create memory cgroups"
-    v1, v2 = None, None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, opts = right.split()[0], right.split()[-1].split(",")
-            point = left.split()[4]
-            if fstype == "cgroup" and "memory" in opts:
-                v1 = point
-            elif fstype == "cgroup2":
-                try:
-                    with open(os.path.join(point, "cgroup.subtree_control")) as c:
-                        if "memory" in c.read().split():
-                            v2 = point
-                except OSError:
-                    pass
-    if v1 or v2:
-        found = (v1, 1) if v1 else (v2, 2)
-        why = probe_cgroup(*found)
-        return (None, why) if why else (found, "")
-    return None, "no writable memory cgroup controller (v1 memory mount or v2 with +memory)"
-
-
-def probe_cgroup(root: str, version: int) -> str | None:
-    """None if a child cgroup with a limit can be made here, else why not."""
-    try:
-        Cgroup(root, version, f"trmkit-proof-{os.getpid()}-probe", 512 * MiB).remove()
-        return None
-    except OSError as err:
-        return f"cannot create a cgroup under {root}: {err}"
-
 
 @dataclass
 class Limit:
@@ -287,10 +187,6 @@ def run_train(name: str, out: Path, args: list[str], limit: Limit, guard: bool, 
     log.close()
     read_results(result, run_dir, status, text)
     return result
-
-
-def set_rlimit_as(n: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (n, n))
 
 
 def start_hog(run_dir: Path, schedule, cg: Cgroup | None, log) -> subprocess.Popen:
@@ -401,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
-    from trmkit.data.sudoku import build_sudoku
+    from trmkit.tasks.sudoku.build import build_sudoku
 
     build_sudoku("generate", out / "data", num_generate=60, givens="40-45", seed=0, log=lambda m: None)
     (out / "cfg.yaml").write_text(CONFIG)

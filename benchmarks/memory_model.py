@@ -2,7 +2,7 @@
 
 Runs real training steps (trmkit.train.step.train_step, the second step so Adam's state
 exists during backward) in fresh processes and compares their peak RSS with
-`trmkit.plan.estimate_memory`; then times one network call at float32 and bf16.
+`trmkit.plan.memory_model.estimate_memory`; then times one network call at float32 and bf16.
 
     python benchmarks/memory_model.py                 # the table in docs/planning.md
     python benchmarks/memory_model.py --quick         # laptop model only
@@ -15,16 +15,13 @@ processes compete for the cores (memory numbers do not).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.test_plan
-
-from tests.test_plan import measure_real_step  # noqa: E402
-from trmkit import plan  # noqa: E402
-from trmkit.config import ModelConfig  # noqa: E402
+from trmkit.bench.memory import measure_real_step
+from trmkit.config import ModelConfig
+from trmkit.plan.measure import measure_speed
+from trmkit.plan.memory_model import estimate_memory
 
 MiB = 1 << 20
 SUDOKU = dict(vocab_size=11, seq_len=81, num_puzzle_ids=1)
@@ -47,7 +44,7 @@ def memory_table(cases: list, h_cycles: int, threads: int) -> None:
     for name, kw, batch, micro, ckpt, dtype in cases:
         m = ModelConfig(**kw, H_cycles=h_cycles, **SUDOKU)
         measured = measure_real_step(m, batch, micro, ckpt=ckpt, dtype=dtype, threads=threads)
-        est = plan.estimate_memory(m, batch, micro, dtype=dtype, grad_checkpointing=ckpt,
+        est = estimate_memory(m, batch, micro, dtype=dtype, grad_checkpointing=ckpt,
                                    baseline=measured["baseline"])
         err = est.train_peak / measured["peak"] - 1
         print(f"{name:<14}{batch:>6}{micro:>6}{'on' if ckpt else 'off':>6}{dtype:>9}"
@@ -59,7 +56,7 @@ def speed_table(threads: int) -> None:
     print(f"\none network call (forward + backward) at 8 slots, {threads} threads, torch {torch.__version__}")
     for name, hidden in (("laptop D=128", 128), ("paper D=512", 512)):
         m = ModelConfig(hidden_size=hidden, **SUDOKU)
-        t = {dt: plan.measure_speed(m, 8, dt, threads, repeats=3) for dt in ("float32", "bfloat16")}
+        t = {dt: measure_speed(m, 8, dt, threads, repeats=3) for dt in ("float32", "bfloat16")}
         print(f"{name:<14} float32 {t['float32']['train'] * 1e3:7.1f} ms (forward {t['float32']['forward'] * 1e3:6.1f})"
               f"   bf16 {t['bfloat16']['train'] * 1e3:7.1f} ms (forward {t['bfloat16']['forward'] * 1e3:6.1f})"
               f"   bf16 speed-up {t['float32']['train'] / t['bfloat16']['train']:.2f}x", flush=True)

@@ -100,7 +100,7 @@ def reference_step_fn(ref: Path, batch: int, dtype: str, compile_model: bool):
 def trmkit_step_fn(batch: int, dtype: str, compile_model: bool):
     sys.path.insert(0, str(ROOT))
     from trmkit import config as config_mod
-    from trmkit.bench import bench_settings, build_session
+    from trmkit.bench.session import bench_settings, build_session
     from trmkit.train.step import train_step
 
     cfg = config_mod.load(ROOT / "configs" / "sudoku-paper.yaml", [
@@ -122,7 +122,7 @@ def worker(args) -> None:
     torch.set_num_threads(args.threads)
     if args.worker == "reference" and args.reference_keeps_freed_memory:
         sys.path.insert(0, str(ROOT))
-        from trmkit.hardware import keep_freed_memory
+        from trmkit.hardware.allocator import keep_freed_memory
         keep_freed_memory()  # what trmkit's planner sets for itself (run.keep_freed_memory=auto, glibc)
     step = (reference_step_fn(Path(args.reference), args.batch, args.dtype, args.compile) if args.worker == "reference"
             else trmkit_step_fn(args.batch, args.dtype, args.compile))

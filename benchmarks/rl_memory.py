@@ -3,7 +3,7 @@
 naive:     a frozen reference copy of the model recomputes log pi_old; every role's rows go
            through the model at once with gradients (the whole batch's graph alive), one backward.
 efficient: log pi_old is the one kept from the rollout (no second model); roles one after
-           another; the loss is back-propagated chunk by chunk (`rl.objective.chunked_backward`).
+           another; the loss is back-propagated chunk by chunk (`rl.chunks.chunked_backward`).
 
 Each path runs in its own fresh process (peak RSS as the kernel counts it, ru_maxrss), on the
 same synthetic rollout batch (random prompts, responses sampled from the policy, random
@@ -32,7 +32,7 @@ def build(config: str, scale: int, seed: int = 0):
     from trmkit import config as C
     from trmkit.model.trm import TRM
     from trmkit.rl import programs as P
-    from trmkit.rl.objective import Group
+    from trmkit.rl.chunks import Group
     from trmkit.rl.policy import sample
 
     cfg = C.load(config)
@@ -74,7 +74,7 @@ def naive(model, groups, clip: float) -> None:
 
 
 def efficient(model, groups, clip: float, micro: int) -> None:
-    from trmkit.rl.objective import chunked_backward
+    from trmkit.rl.chunks import chunked_backward
     from trmkit.train.step import StepContext
 
     ctx = StepContext(micro_batch=micro, ignore_label_id=-100, device=torch.device("cpu"))
@@ -120,8 +120,9 @@ def main() -> None:
     n, e = results["naive"]["peak_rss_bytes"], results["efficient"]["peak_rss_bytes"]
     print(f"batch: {results['naive']['rows']} rows, {results['naive']['tokens']} tokens (scale {args.scale}); "
           f"efficient chunks of {args.micro} rows")
-    print(f"peak RSS naive     {n / 2**30:.3f} GiB  (before the update {results['naive']['before_update_bytes'] / 2**30:.3f})")
-    print(f"peak RSS efficient {e / 2**30:.3f} GiB  (before the update {results['efficient']['before_update_bytes'] / 2**30:.3f})")
+    for name, peak in (("naive    ", n), ("efficient", e)):
+        before = results[name.strip()]["before_update_bytes"] / 2**30
+        print(f"peak RSS {name} {peak / 2**30:.3f} GiB  (before the update {before:.3f})")
     print(f"ratio naive / efficient: {n / e:.2f}x")
     print(f"gradients: max |naive - efficient| = {diff:.2e} (largest gradient entry {scale:.2e})")
     print(json.dumps({"naive": results["naive"], "efficient": results["efficient"], "ratio": n / e,

@@ -25,13 +25,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from paper_sudoku import paper_config
-from trmkit import bench
 from trmkit import config as config_mod
+from trmkit.bench.session import BenchSession, bench_settings, build_session
 from trmkit.model.losses import act_loss
 from trmkit.train.step import apply_updates, refill, train_step
 
 
-def phase_times(s: bench.BenchSession) -> dict[str, float]:
+def phase_times(s: BenchSession) -> dict[str, float]:
     """One step split into phases (seconds); the carry is not advanced."""
     model, st, cfg = s.model, s.state, s.model.cfg
     refill(model, st, s.stream, s.ctx)
@@ -75,7 +75,7 @@ def main() -> int:
         cfg = paper_config(args.dtype, args.threads, args.batch, "mlp_t")
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
-    s = bench.build_session(cfg, bench.bench_settings(cfg))
+    s = build_session(cfg, bench_settings(cfg))
     train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)  # warm-up
     runs = [phase_times(s) for _ in range(args.reps)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+.venv/bin/ruff check trmkit tests benchmarks   # the linter configured in pyproject.toml
 exec .venv/bin/python -m pytest -q "$@"

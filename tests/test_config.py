@@ -3,7 +3,9 @@
 import pytest
 
 from trmkit import config as config_mod
-from trmkit.config import ConfigError
+from trmkit.config import ConfigError, parse_size
+
+GiB, MiB = 1 << 30, 1 << 20
 
 
 def test_unquoted_on_and_off_mean_the_switch_not_a_bool(tmp_path):
@@ -43,3 +45,34 @@ def test_numbers_are_coerced_and_wrong_types_refused():
         config_mod.from_dict({"train": {"max_steps": "ten"}})
     with pytest.raises(ConfigError, match="expected true or false"):
         config_mod.from_dict({"run": {"memory_guard": "sometimes"}})
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("6GB", 6 * 10**9), ("6GiB", 6 * GiB), ("512MB", 512 * 10**6), ("512 MiB", 512 * MiB),
+    ("1.5GiB", 3 * GiB // 2), ("6g", 6 * GiB), ("6gb", 6 * 10**9), ("1073741824", GiB),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["six GB", "6 parsecs", "0GB", "", "-1GB"])
+def test_parse_size_rejects_nonsense(text):
+    with pytest.raises(ConfigError, match="memory size"):
+        parse_size(text)
+
+
+def test_the_memory_budget_is_checked_when_the_config_loads(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("run: {memory_budget: 1.5GB}\n")
+    assert config_mod.load(path).run.budget_bytes() == 1_500_000_000
+    with pytest.raises(ConfigError, match=r"run.memory_budget 'lots'"):
+        config_mod.load(path, ["run.memory_budget=lots"])
+
+
+def test_the_cli_flag_travels_as_the_config_override():
+    from trmkit.cli import build_parser, _budget_as_override
+
+    args = build_parser().parse_args(["train", "configs/sudoku-laptop.yaml", "train.max_steps=3",
+                                      "--memory-budget", "2GiB"])
+    _budget_as_override(args)
+    assert args.overrides == ["train.max_steps=3", "run.memory_budget=2GiB"]

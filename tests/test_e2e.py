@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from trmkit.data.sudoku import build_sudoku
+from trmkit.tasks.sudoku.build import build_sudoku
 
 TINY = """
 run: {seed: 0, threads: 0, compile: "off"}

@@ -1,6 +1,10 @@
-"""Imports point one way (STYLE.md): config -> hardware, model, data, monitor -> plan -> train
--> tasks -> applications (bench, learn, report) -> cli. model and data never import each other;
-nothing imports cli; the trainer, planner and guard never import a task (tasks sit above them)."""
+"""The house keeps its shape (STYLE.md, docs/architecture.md).
+
+Imports point one way: config, files -> rundir -> hardware, model, data, monitor -> plan -> train
+-> tasks -> applications (bench, learn, report, email, rl) -> registry -> cli. model and data never
+import each other; nothing imports cli; the trainer, planner and guard never import a task.
+Rooms stay small (a module <= 500 lines, a function <= 50), every file name of a run directory is
+spelled only in rundir.py, and only files.py renames a file into place."""
 
 import ast
 from pathlib import Path
@@ -8,12 +12,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "trmkit"
 
 LAYER = {
-    "trmkit": 0, "trmkit.config": 0,
-    "trmkit.hardware": 1, "trmkit.memory": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
+    "trmkit": 0, "trmkit.config": 0, "trmkit.files": 0, "trmkit.rundir": 0.5,
+    "trmkit.hardware": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
     "trmkit.plan": 2,
     "trmkit.train": 3,
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
+    "trmkit.registry": 4.5,
     "trmkit.cli": 5, "trmkit.__main__": 6,
 }
 SIBLINGS_APART = [("trmkit.model", "trmkit.data")]
@@ -70,7 +75,62 @@ def test_the_checker_would_catch_a_backward_import(tmp_path):
 
 
 def test_tasks_use_only_data_helpers_and_the_trainer_never_imports_a_task():
-    for path in sorted((PACKAGE / "tasks").glob("*.py")):
+    for path in sorted((PACKAGE / "tasks").rglob("*.py")):  # tasks/sudoku/, tasks/arc/ included
         for other in imports_of(path):
-            assert layer_of(other)[0] in ("trmkit", "trmkit.config", "trmkit.data", "trmkit.tasks"), \
+            assert layer_of(other)[0] in ("trmkit", "trmkit.config", "trmkit.files", "trmkit.rundir", "trmkit.data",
+                                          "trmkit.tasks"), \
                 f"{module_name(path)} imports {other}: a task builds on data helpers, not on the trainer"
+
+
+def test_rooms_stay_small():
+    too_big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 500:
+            too_big.append(f"{module_name(path)}: {len(text.splitlines())} lines (at most 500)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 50:
+                    too_big.append(f"{module_name(path)}.{node.name}: {length} lines (at most 50)")
+    assert not too_big, "\n".join(too_big)
+
+
+# Not run directories, with file names of their own that happen to be the same: an e-mail bundle
+# (its calibration.json) and a data store (its meta.json).
+RUNDIR_NAME_ALLOWED = {"trmkit/rundir.py", "trmkit/email/bundle.py", "trmkit/data/store.py"}
+
+
+def test_run_directory_file_names_are_spelled_only_in_rundir():
+    from trmkit import rundir
+
+    names = {v for k, v in vars(rundir).items() if k.isupper() and isinstance(v, str) and "." in v}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel in RUNDIR_NAME_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names and not isinstance(node.value, bool):
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not found, "use the names in trmkit/rundir.py:\n" + "\n".join(found)
+
+
+# Renames that do not write a file: a checkpoint moved aside or renamed before deletion.
+RENAME_ALLOWED = {"trmkit/files.py": None, "trmkit/train/checkpoint/store.py": 2}
+
+
+def test_only_files_py_writes_a_file_into_place():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr in ("replace", "rename", "fsync")
+                 and (isinstance(n.func.value, ast.Name) and n.func.value.id == "os"
+                      or n.func.attr == "replace" and len(n.args) == 1 and not n.keywords
+                      and isinstance(n.func.value, ast.Name) and n.func.value.id in ("tmp", "path", "out"))]
+        if rel in RENAME_ALLOWED and (RENAME_ALLOWED[rel] is None or len(calls) <= RENAME_ALLOWED[rel]):
+            continue
+        found += [f"{rel}:{c.lineno}" for c in calls]
+    assert not found, "write through trmkit.files (atomic_write, write_json, atomic_open, commit_dir):\n" + \
+        "\n".join(found)

@@ -15,7 +15,7 @@ import pytest
 from trmkit import cli, hardware, learn
 from trmkit import config as config_mod
 from trmkit.config import ConfigError
-from trmkit.train import loop
+from trmkit.train import evaluate, session
 
 TINY = """
 run: {seed: 0, threads: 1, dtype: float32, compile: "off"}
@@ -99,13 +99,13 @@ def test_a_directory_that_is_not_a_store_is_refused(tmp_path):
 
 def test_evaluation_time_is_not_counted_as_training(runs, monkeypatch):
     root, _ = runs
-    real_eval = loop.run_eval
+    real_eval = evaluate.run_eval
 
     def slow_eval(s, limit=None):
         time.sleep(1.5)
         return real_eval(s, limit)
 
-    monkeypatch.setattr(loop, "run_eval", slow_eval)
+    monkeypatch.setattr(evaluate, "run_eval", slow_eval)
     cfg = config_mod.load(root / "tiny.yaml")
     points = learn.learning_curve(cfg, hardware.probe(), 0.02, 0.01, root / "data", SMALL, log=lambda m: None)
     assert [p.eval_seconds >= 1.5 for p in points] == [True, True]
@@ -115,7 +115,7 @@ def test_evaluation_time_is_not_counted_as_training(runs, monkeypatch):
     assert points[1].wall_minutes * 60 >= 1.2 + 2 * 1.5
 
 
-class StepClock(loop.Clock):
+class StepClock(session.Clock):
     """Training time of 20 ms per step whatever the machine's speed, so the points of a curve fall at
     fixed step counts (30 and 60 for marks at 0.01 and 0.02 min) and its accuracies are reproducible."""
 
@@ -131,7 +131,7 @@ def test_the_curve_learns_well_above_chance(runs, monkeypatch):
     the givens (30-32 of 81 cells), not to solve blanks: blank accuracy measured 0.09-0.15 up to
     step 300, chance level, so it is not asserted."""
     root, _ = runs
-    monkeypatch.setattr(loop, "Clock", StepClock)
+    monkeypatch.setattr(session, "Clock", StepClock)
     cfg = config_mod.load(root / "tiny.yaml")
     points = learn.learning_curve(cfg, hardware.probe(), 0.02, 0.01, root / "data", SMALL, log=lambda m: None)
     assert [p.steps for p in points] == [30, 60]
@@ -194,10 +194,10 @@ def test_a_maze_curve_uses_the_maze_set_and_reports_its_scorer(tmp_path, monkeyp
     spec = maze.LearnSet(size=7, train_mazes=12, test_mazes=4, min_path=4, aug=1)
     logs = []
     points = learn.learning_curve(cfg, hardware.probe(), 0.01, None, tmp_path / "m", spec, log=logs.append,
-                                  task="maze")
+                                  task=maze.TASK)
     assert any("7x7 mazes, shortest paths >= 4 steps" in line for line in logs)
     last = points[-1]
     assert last.blank_accuracy is None and 0.0 <= last.task_metrics["valid_path_accuracy"] <= 1.0
     table = "\n".join(learn.format_table(points))
     assert "valid_path_accuracy" in table and "        -" in table  # no blank cells in a maze
-    assert learn.learn_set("maze") is maze.TASK.learn_set
+    assert learn.learn_set(maze.TASK) is maze.TASK.learn_set

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -99,3 +101,13 @@ def test_flat_summary_layout_is_read(tmp_path):
     md = write_report(run)[-1].read_text()
     assert "| eval/exact_accuracy | 0.125 |" in md and "| samples seen | 1280 |" in md
     assert "/ 250.0 |" in md  # overall rate from summary.json, mean and median from the history
+
+
+def test_report_imports_no_task_and_no_application():
+    """report.py draws what a run wrote; a task's own plots come in as an argument (Task.plots)."""
+    import trmkit.report
+
+    tree = ast.parse(Path(trmkit.report.__file__).read_text())
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in names if m.startswith(("trmkit.tasks", "trmkit.email", "trmkit.rl", "trmkit.registry"))]

@@ -21,12 +21,10 @@ def _cache_dir() -> Path:
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
-    from trmkit import tasks
+    from trmkit import registry
 
     sub = p.add_subparsers(dest="task", required=True)
-    for name, task in tasks.all_tasks().items():
-        if task.shape == "policy":
-            continue  # a policy task has no fixed store: it brings its own commands
+    for name, task in registry.TASKS.items():
         s = sub.add_parser(name, help=task.summary, description=task.summary)
         s.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
         s.add_argument("--test-fraction", type=float, default=0.1,
@@ -36,10 +34,10 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from trmkit import tasks
+    from trmkit import registry
 
     try:
-        tasks.get(args.task).build(args, print)
+        registry.get(args.task).build(args, print)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err
     return 0
@@ -47,17 +45,17 @@ def _run_data(args: argparse.Namespace) -> int:
 
 def _task_scorer(cfg: config_mod.Config, log=print):
     """The scorer of the task that built the run's store (None: generic metrics only)."""
-    from trmkit import tasks
-    from trmkit.data.store import StoreError, read_meta
+    from trmkit import registry
+    from trmkit.data.store import META_FILE, StoreError, read_meta
 
     root = Path(cfg.data.path)
     for split in ("train", "test"):
         try:
-            name = read_meta(root / split / "meta.json").task
+            name = read_meta(root / split / META_FILE).task
         except StoreError:
             continue
         try:
-            return tasks.get(name).scorer
+            return registry.get(name).scorer
         except KeyError:
             log(f"task: {name!r} is not a registered task; evaluation reports the generic metrics only")
             return None
@@ -78,7 +76,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
-    return config_mod.load_for_run(args.config, args.overrides, args.resume, "configs/sudoku-laptop.yaml")
+    from trmkit.train.resume import load_for_run
+
+    return load_for_run(args.config, args.overrides, args.resume, "configs/sudoku-laptop.yaml")
 
 
 def _launch(nproc: int) -> int:
@@ -101,25 +101,26 @@ def _launch(nproc: int) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from trmkit import hardware, plan
+    from trmkit import hardware, rundir
     from trmkit.train import distributed, loop
+    from trmkit.train.session import prepare
 
     world = distributed.world_from_env(os.environ)
     if args.nproc and not world.active:
         return _launch(args.nproc)
-    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
     cfg = _train_config(args)
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
-        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(), budget_bytes=budget,
-                               scorer=_task_scorer(cfg, log), world=world)
+        session = prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(),
+                          scorer=_task_scorer(cfg, log), world=world)
         loop.train(session, is_tty=sys.stdout.isatty() and world.main, log=log)
     except RuntimeError as err:
         if not (world.active and distributed.is_peer_failure(err)):
             raise
         print(f"trmkit train: rank {world.rank}: another process of this run stopped or stopped answering "
               f"({str(err).splitlines()[0][:160]}); this one stops too. The newest checkpoint in "
-              f"{cfg.run.dir}/checkpoints is intact: resume with `torchrun --nproc-per-node {world.local_size} "
+              f"{cfg.run.dir}/{rundir.CHECKPOINTS} is intact: resume with "
+              f"`torchrun --nproc-per-node {world.local_size} "
               f"-m trmkit train --resume {cfg.run.dir}`", file=sys.stderr, flush=True)
         return 3
     finally:
@@ -136,26 +137,27 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from trmkit import hardware, plan
-    from trmkit.train import loop
+    from trmkit import hardware, rundir
+    from trmkit.train import evaluate
+    from trmkit.train.finish import memory_summary
+    from trmkit.train.session import prepare
 
     run_dir = Path(args.run_dir)
-    overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else [])
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir}: no config.yaml there; is it a run directory written by `trmkit train`?")
-    cfg = config_mod.load(run_dir / "config.yaml", overrides)
-    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
+    overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else []) + args.overrides
+    if not rundir.path(run_dir, rundir.CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run directory written by `trmkit train`?")
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
     stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the JSON result)
-    session = loop.prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(), budget_bytes=budget,
-                           scorer=_task_scorer(cfg, stderr), evaluate_only=True)
-    loop.load_weights(session, run_dir)
-    with session.meter.phase("eval"):
-        result = loop.run_eval(session, args.limit, log=stderr)
+    session = prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(),
+                      scorer=_task_scorer(cfg, stderr), evaluate_only=True)
+    evaluate.load_weights(session, run_dir)
+    with session.run.meter.phase("eval"):
+        result = evaluate.run_eval(session, args.limit, log=stderr)
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
-    memory = loop.memory_summary(session, log=stderr)
+    memory = memory_summary(session, log=stderr)
     result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
-    result["memory_budget_gb"] = round(int(session.plan.budget.value) / 2**30, 3)
+    result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
     result["memory"] = memory
     print(json.dumps(result, indent=2))
     return 0
@@ -190,11 +192,22 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `trmkit train`")
 
 
+def _task_plots(run_dir: Path):
+    """The plots of the task the run was trained on (data_meta.json's "task"); None: generic plots only."""
+    from trmkit import registry, rundir
+
+    try:
+        name = json.loads(rundir.path(run_dir, rundir.DATA_META).read_text()).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None  # a run from before data_meta.json, or not a training run
+    return registry.TASKS[name].plots if name in registry.TASKS else None
+
+
 def _run_report(args: argparse.Namespace) -> int:
     from trmkit.report import MissingMetricsError, write_report
 
     try:
-        paths = write_report(args.run_dir)
+        paths = write_report(args.run_dir, plots=_task_plots(Path(args.run_dir)))
     except MissingMetricsError as err:
         raise ConfigError(str(err)) from err
     for path in paths:
@@ -227,15 +240,14 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from trmkit import hardware, plan
-    from trmkit.train import loop
+    from trmkit.train.session import fill_from_meta, open_splits
 
     cfg = config_mod.load(args.config, args.overrides)
     if cfg.data.path and (Path(cfg.data.path) / "train").is_dir():
-        cfg = loop.fill_from_meta(cfg, loop.open_splits(cfg)[0])
+        cfg = fill_from_meta(cfg, open_splits(cfg.data.path)[0])
     hw = hardware.probe()
     if args.memory_limit:
-        hw = plan.with_memory_limit(hw, plan.parse_bytes(args.memory_limit))
-    budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
+        hw = plan.with_memory_limit(hw, config_mod.parse_size(args.memory_limit))
 
     def log(line: str) -> None:  # the report repeats the choices; measurements are announced
         if args.json:
@@ -243,7 +255,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         elif not line.startswith("plan: "):
             print(line)
 
-    result = plan.make_plan(cfg, hw, budget_bytes=budget, cache_dir=_cache_dir(), log=log,
+    result = plan.make_plan(cfg, hw, cache_dir=_cache_dir(), log=log,
                             calibrate=args.calibrate)
     print(json.dumps(result.to_dict(), indent=2) if args.json else plan.plan_report(result))
     return 0
@@ -314,23 +326,20 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.init is not None:
         raise ConfigError("--init applies to --rl only")
     if args.learn is not None:  # accuracy per CPU-hour (trmkit/learn.py)
-        from trmkit import hardware, learn
+        from trmkit import hardware, learn, registry
 
         if args.compare or args.save:
             raise ConfigError("--compare and --save apply to the step benchmark, not to --learn")
         points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
                                       args.data_dir, log=log, cache_dir=_cache_dir(),
-                                      schedule=args.schedule or "budget", task=args.task or "sudoku")
+                                      schedule=args.schedule or "budget", task=registry.get(args.task or "sudoku"))
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
         return 0
     if args.every is not None or args.data_dir is not None or args.schedule is not None or args.task is not None:
         raise ConfigError("--every, --data-dir, --schedule and --task need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
-    from trmkit.plan import parse_bytes
-
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
-                             compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),
-                             budget=parse_bytes(args.memory_budget) if args.memory_budget else None)
+                             compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()))
     if args.save:
         bench.save_result(result, args.save)
     ok, lines = bench.compare(result, baseline, args.tolerance) if baseline else (True, [])
@@ -357,6 +366,15 @@ COMMANDS = {
 }
 
 
+def _budget_as_override(args: argparse.Namespace) -> None:
+    """--memory-budget B is the override run.memory_budget=B: the budget travels in the config
+    (checked when it loads, written to the run directory) to the planner and the memory guard."""
+    if not hasattr(args, "overrides"):
+        args.overrides = []
+    if getattr(args, "memory_budget", None):
+        args.overrides = list(args.overrides) + [f"run.memory_budget={args.memory_budget}"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trmkit", description="Train Tiny Recursive Models on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -372,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or not all("=" in e and not e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
+    _budget_as_override(args)
     from trmkit.data.store import StoreError
     from trmkit.train.checkpoint import CheckpointError
 

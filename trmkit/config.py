@@ -1,4 +1,4 @@
-"""One typed run configuration: dataclasses, YAML load/save, key=value overrides.
+"""One typed run configuration: dataclasses, YAML load and dump, key=value overrides.
 
 The config flows one way: YAML -> overrides -> fields filled from the dataset's
 metadata -> the planner's choices -> written to the run directory and into
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,26 @@ import yaml
 
 class ConfigError(ValueError):
     """A config that cannot work; the message names the key and the fix."""
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
+               "tib": 1 << 40}
+
+
+def parse_size(text: str | int, what: str = "memory size") -> int:
+    """'6GB' -> 6e9, '6GiB' -> 6 * 2**30, '512MB' -> 512e6, '6g' -> 6 * 2**30 (docker's
+    convention: a bare K/M/G/T is binary), '1073741824' -> bytes."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise ConfigError(f"{what} {text!r}: write a number and a unit, e.g. 6GB, 6GiB or 512MB")
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value <= 0:
+        raise ConfigError(f"{what} {text!r} must be positive")
+    return value
 
 
 @dataclass
@@ -186,7 +207,8 @@ class RunConfig:
     threads: int = 0  # intra-op threads (0 = planner decides)
     compile: str = "auto"  # "auto", "on" or "off"
     grad_checkpointing: str = "auto"  # "auto", "on" or "off": recompute activations in backward
-    memory_budget: str = ""  # e.g. "6GB"; empty = 80% of the effective limit minus what is in use
+    memory_budget: str = ""  # e.g. "6GB" (--memory-budget sets it); empty = 80% of the effective limit
+    #                          minus what other processes use
     memory_guard: bool = True  # shrink the micro-batch before memory runs out
     keep_freed_memory: str = "auto"  # "auto", "on" or "off": glibc keeps freed blocks for reuse
     fused_inference: str = "auto"  # "auto", "on" or "off": no-gradient calls fuse SwiGLU into oneDNN matmuls
@@ -199,6 +221,12 @@ class RunConfig:
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")
+        if self.memory_budget:
+            parse_size(self.memory_budget, "run.memory_budget")
+
+    def budget_bytes(self) -> int | None:
+        """run.memory_budget in bytes (None: the planner derives one from the machine)."""
+        return parse_size(self.memory_budget, "run.memory_budget") if self.memory_budget else None
 
 
 @dataclass
@@ -310,29 +338,13 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
     return from_dict(apply_overrides(raw, overrides or []), where=str(path))
 
 
-def save(cfg: Config, path: str | Path) -> None:
-    """Write the resolved config as YAML (atomically: temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tmp.replace(path)
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML, sections and keys in their declared order (the trainer writes
+    it to RUN_DIR/config.yaml through trmkit.files; `load` reads it back)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
 def replace(cfg: Config, section: str, **changes: Any) -> Config:
     """A copy of cfg with some fields of one section changed (checks rerun)."""
     new_section = dataclasses.replace(getattr(cfg, section), **changes)
     return dataclasses.replace(cfg, **{section: new_section})
-
-
-def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str) -> Config:
-    """The config of a training command: the YAML and overrides, or with resume the run's own
-    config.yaml (overrides still apply, run.dir is the resumed directory)."""
-    if resume:
-        run_dir = Path(resume)
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
-        extra = ([config] if config and "=" in config else []) + list(overrides)
-        return load(run_dir / "config.yaml", extra + [f"run.dir={run_dir}"])
-    if not config:
-        raise ConfigError(f"give a config (e.g. {example}) or --resume RUN_DIR")
-    return load(config, overrides)

@@ -2,7 +2,7 @@
 
 `trmkit bench --learn MINUTES CONFIG [--task sudoku|maze]` builds (once) the
 task's fixed generated set (its `Task.learn_set`), trains CONFIG on it with the training loop's own pieces
-(`loop.prepare`, `train_step`, `loop.run_eval`: the same planner, step,
+(`session.prepare`, `train_step`, `evaluate.run_eval`: the same planner, step,
 memory guard and EMA evaluation as `trmkit train`) and evaluates the
 held-out puzzles every `every` minutes of training and at the end.
 
@@ -52,10 +52,11 @@ import psutil
 from trmkit import config as config_mod
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import StoreError, open_split
-from trmkit import tasks
 from trmkit.hardware import HardwareInfo
+from trmkit.tasks import sudoku
+from trmkit.tasks.base import Task
 from trmkit.tasks.sudoku import LearnSet
-from trmkit.train import loop
+from trmkit.train import evaluate, session
 from trmkit.train.step import train_step
 
 Log = Callable[[str], None]
@@ -64,17 +65,16 @@ SCHEDULES = ("budget", "config")
 FIT_AFTER_S = 30.0  # training seconds timed before the lr schedule is fitted to the budget
 
 
-FIXED_SET = LearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku.py)
+FIXED_SET = LearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku/task.py)
 
 
-def learn_set(task: str):
+def learn_set(task: Task):
     """The fixed set of a task (Sudoku: FIXED_SET, which tests may replace)."""
-    if task == "sudoku":
+    if task.name == sudoku.TASK.name:
         return FIXED_SET
-    spec = tasks.get(task).learn_set
-    if spec is None:
-        raise ConfigError(f"--task {task}: this task declares no learning set for `bench --learn`")
-    return spec
+    if task.learn_set is None:
+        raise ConfigError(f"--task {task.name}: this task declares no learning set for `bench --learn`")
+    return task.learn_set
 
 
 def recorded_args(data_dir: Path, keys) -> dict[str, Any] | None:
@@ -159,23 +159,25 @@ class Point:
 
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
                    data_dir: str | Path | None = None, spec=None, log: Log = print,
-                   cache_dir: Path | None = None, schedule: str = "budget", task: str = "sudoku") -> list[Point]:
-    """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark."""
+                   cache_dir: Path | None = None, schedule: str = "budget", task: Task = sudoku.TASK) -> list[Point]:
+    """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark.
+
+    `task`: the Task whose set is measured and whose scorer adds its metrics (the CLI looks it up by name)."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
     points_at, spec = marks(minutes, every), spec or learn_set(task)
     data_dir = data_dir or spec.default_dir
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
-    s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=tasks.get(task).scorer)
+    s = session.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=task.scorer)
     log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
-        f"on {len(s.test_split)} held-out {task} examples; evaluation time is not counted; load average "
+        f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
     fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
     return run_curve(s, [60 * m for m in points_at], log, fit_at)
 
 
-def fit_schedule(s: loop.Session, now_s: float, per_step: float, timed_steps: int, budget_s: float,
+def fit_schedule(s: session.Session, now_s: float, per_step: float, timed_steps: int, budget_s: float,
                  log: Log) -> None:
     """Set train.max_steps so that the lr schedule ends with the budget, at the speed measured so far."""
     total = max(s.state.step + 1, s.state.step + int((budget_s - now_s) / per_step))
@@ -184,22 +186,23 @@ def fit_schedule(s: loop.Session, now_s: float, per_step: float, timed_steps: in
         f"{timed_steps + 1}; the cosine now ends with the {budget_s / 60:g}-minute budget)")
 
 
-def run_curve(s: loop.Session, marks_s: list[float], log: Log = print,
+def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
               fit_at: float | None = None) -> list[Point]:
     """Steps until each mark (seconds of training time), then an evaluation.
 
     fit_at: after that many seconds of training, fit the lr schedule to the
     budget (marks_s[-1]); None keeps the config's train.max_steps.
     """
-    clock, batch, points = loop.Clock(), s.cfg.train.batch_size, []
+    clock, batch, points = session.Clock(), s.cfg.train.batch_size, []
     first_done, first_step = None, s.state.step + 1  # speed is timed from the end of the first step (compile)
-    on_oom = (lambda err: s.guard.on_oom(s.state.step, err)) if s.guard else None
+    guard = s.run.guard
+    on_oom = (lambda err: guard.on_oom(s.state.step, err)) if guard else None
     for mark in marks_s:
         first = s.state.step  # at least one step per point, even when a step outlasts the interval
         while clock.train_seconds() < mark or s.state.step == first:
-            metrics = train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx, on_oom)
-            if s.guard is not None:
-                s.ctx.micro_batch = s.guard.observe(s.state.step, s.guard.reader.read())
+            metrics = train_step(s.model, s.state, s.data.stream, s.opts, s.cfg.train, s.ctx, on_oom)
+            if guard is not None:
+                s.ctx.micro_batch = guard.observe(s.state.step, guard.reader.read())
             clock.samples += batch
             now = clock.train_seconds()
             if first_done is None:
@@ -216,15 +219,15 @@ def run_curve(s: loop.Session, marks_s: list[float], log: Log = print,
     return points
 
 
-def evaluate_point(s: loop.Session, clock: loop.Clock, lr: float) -> Point:
+def evaluate_point(s: session.Session, clock: session.Clock, lr: float) -> Point:
     trained = clock.train_seconds()
     t0 = time.perf_counter()
-    evals = loop.run_eval(s)
+    evals = evaluate.run_eval(s)
     seconds = time.perf_counter() - t0
     clock.eval_seconds += seconds
     return Point(minutes=trained / 60, steps=s.state.step, samples=clock.samples,
                  samples_started=s.state.samples_started,
-                 blank_accuracy=evals["blank_accuracy"] if s.test_split.meta.blank_id is not None else None,
+                 blank_accuracy=evals["blank_accuracy"] if s.data.test.meta.blank_id is not None else None,
                  exact_accuracy=evals["exact_accuracy"], cell_accuracy=evals["cell_accuracy"],
                  loss=evals["loss"], act_steps=evals["act_steps"], lr=lr, eval_seconds=seconds,
                  wall_minutes=(time.perf_counter() - clock.start) / 60, load_average=psutil.getloadavg()[0],
@@ -248,8 +251,10 @@ def format_point(p: Point) -> str:
 def format_table(points: list[Point]) -> list[str]:
     """The curve as a fixed-width table."""
     extra = list(points[0].task_metrics) if points else []
-    lines = ["minutes  steps   samples  blank_acc  exact_acc  cell_acc  eval_s  load" + "".join(f"  {k}" for k in extra),
-             "-------  -----  --------  ---------  ---------  --------  ------  ----" + "".join(f"  {'-' * len(k)}" for k in extra)]
+    lines = ["minutes  steps   samples  blank_acc  exact_acc  cell_acc  eval_s  load"
+             + "".join(f"  {k}" for k in extra),
+             "-------  -----  --------  ---------  ---------  --------  ------  ----"
+             + "".join(f"  {'-' * len(k)}" for k in extra)]
     for p in points:
         lines.append(f"{p.minutes:7.2f}  {p.steps:5d}  {p.samples:8d}  {_blank(p):>9}  "
                      f"{p.exact_accuracy:9.3f}  {p.cell_accuracy:8.3f}  {p.eval_seconds:6.1f}  "

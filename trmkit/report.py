@@ -5,6 +5,10 @@ config.yaml when the run got that far. `write_report` turns them into PNG
 plots and RUN_DIR/report/report.md; `list_runs` reads many run directories
 into one table. matplotlib (the `report` extra) is imported inside
 `write_report` only, with the Agg backend so no display is needed.
+
+A task with plots of its own (Task.plots: the e-mail classifier's confusion
+matrix and reliability diagram) hands them in as `plots`; the CLI looks the
+task up from the run's data_meta.json, so this module never imports a task.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import datetime as dt
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from trmkit import rundir
+from trmkit.files import write_text
 from trmkit.monitor import advise, format_duration, read_metrics, summarize
 
 # (file stem, title, metric names) -- each figure shows the series present.
@@ -48,6 +54,8 @@ KEY_SETTINGS = (
     "model.halt_max_steps", "model.mixer", "train.batch_size", "train.micro_batch",
     "train.max_steps", "train.lr", "run.threads", "run.dtype", "run.compile", "run.seed",
 )
+# A task's own plots: (run_dir, out_dir) -> (figures written, Markdown section appended to report.md).
+Plots = Callable[[Path, Path], tuple[list[Path], str]]
 
 
 class MissingMetricsError(FileNotFoundError):
@@ -55,11 +63,11 @@ class MissingMetricsError(FileNotFoundError):
 
 
 def _metrics_path(run_dir: Path) -> Path:
-    path = run_dir / "metrics.jsonl"
+    path = rundir.path(run_dir, rundir.METRICS)
     if not path.is_file():
         raise MissingMetricsError(
             f"no metrics found at {path}: run `trmkit train` first "
-            f"(or point to a run directory that holds metrics.jsonl)"
+            f"(or point to a run directory that holds {rundir.METRICS})"
         )
     return path
 
@@ -153,17 +161,20 @@ def _present(history: Sequence[Mapping[str, Any]], key: str) -> bool:
     return bool(_points(history, key, "step")[0])
 
 
-def write_report(run_dir: str | Path) -> list[Path]:
-    """Write RUN_DIR/report/*.png and report.md; returns the files written."""
+def write_report(run_dir: str | Path, plots: Plots | None = None) -> list[Path]:
+    """Write RUN_DIR/report/*.png and report.md; returns the files written.
+
+    `plots`: the run's task's own figures and Markdown section (Task.plots), drawn after the
+    generic ones."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed; set here, not at import time
     run_dir = Path(run_dir)
     history = read_metrics(_metrics_path(run_dir))
-    out_dir = run_dir / "report"
+    out_dir = rundir.path(run_dir, rundir.REPORT)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = normalize_summary(_read_json(run_dir / "summary.json"), history)
-    config = _read_yaml(run_dir / "config.yaml")
+    summary = normalize_summary(_read_json(rundir.path(run_dir, rundir.SUMMARY)), history)
+    config = _read_yaml(rundir.path(run_dir, rundir.CONFIG))
     written, absent = [], []
     for stem, title, keys in FIGURES:
         present = [k for k in keys if _present(history, k)]
@@ -174,11 +185,10 @@ def write_report(run_dir: str | Path) -> list[Path]:
         present = [k for k in keys if _present(history, k)]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
-    classification = _read_classification_run(run_dir)  # None unless a classification run (issue 12)
-    written += _classification_figures(classification, out_dir)
-    md = out_dir / "report.md"
-    md.write_text(_markdown(run_dir.name, summary, config, written, absent, len(history))
-                  + _classification_markdown(classification))
+    task_figures, task_markdown = plots(run_dir, out_dir) if plots is not None else ([], "")
+    written += task_figures
+    md = write_text(out_dir / rundir.REPORT_MD,
+                    _markdown(run_dir.name, summary, config, written, absent, len(history)) + task_markdown)
     return written + [md]
 
 
@@ -197,7 +207,7 @@ def _markdown(name: str, summary: Mapping[str, Any], config: Mapping[str, Any],
         lines += ["## Key settings", ""] + _table(settings or list(flat.items()), ("setting", "value"))
         lines += [""]
     else:
-        lines += ["No config.yaml in the run directory.", ""]
+        lines += [f"No {rundir.CONFIG} in the run directory.", ""]
     final = summary.get("final_metrics") or {}
     lines += ["## Final metrics", ""]
     lines += _table([(k, f"{v:.4g}") for k, v in sorted(final.items())], ("metric", "value")) if final \
@@ -219,7 +229,7 @@ def _markdown(name: str, summary: Mapping[str, Any], config: Mapping[str, Any],
     lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
     if absent:
         lines += ["", f"Not logged in this run, so not plotted: {', '.join(absent)}."]
-    lines += ["", f"Built from {n_records} records of metrics.jsonl.", ""]
+    lines += ["", f"Built from {n_records} records of {rundir.METRICS}.", ""]
     return "\n".join(lines)
 
 
@@ -250,14 +260,14 @@ def _first_line_time(path: Path) -> float | None:
 
 
 def _run_row(run_dir: Path) -> dict[str, Any]:
-    raw = _read_json(run_dir / "summary.json")
-    flat = flatten(_read_yaml(run_dir / "config.yaml"))
+    raw = _read_json(rundir.path(run_dir, rundir.SUMMARY))
+    flat = flatten(_read_yaml(rundir.path(run_dir, rundir.CONFIG)))
     row: dict[str, Any] = {"name": run_dir.name, "path": str(run_dir)}
     for column, keys in RUN_COLUMNS.items():
         row[column] = next((flat[k] for k in keys if flat.get(k) not in (None, "")), None)
     if row["task"] is not None and "/" in str(row["task"]):
         row["task"] = Path(str(row["task"])).name  # data.path -> the dataset's directory name
-    metrics = run_dir / "metrics.jsonl"
+    metrics = rundir.path(run_dir, rundir.METRICS)
     history = read_metrics(metrics) if not raw and metrics.is_file() else []  # unfinished run
     summary = normalize_summary(raw, history)
     final = summary["final_metrics"]
@@ -280,8 +290,7 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"no runs directory at {root}")
-    markers = ("summary.json", "config.yaml", "metrics.jsonl")
-    dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and any((d / m).is_file() for m in markers)]
+    dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and rundir.is_run_dir(d)]
     rows = [_run_row(d) for d in dirs]
     return sorted(rows, key=lambda r: (r["started_at"] is None, r["started_at"] or 0.0, r["name"]))
 
@@ -315,148 +324,5 @@ def format_runs(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if any(not r.get("finished", True) for r in rows):
-        lines.append("* no summary.json yet: still running, or stopped early")
+        lines.append(f"* no {rundir.SUMMARY} yet: still running, or stopped early")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- classification runs
-# (issue 12) When RUN_DIR/classification.json exists (written by tasks.classify.ClassifyScorer.save),
-# write_report adds confusion.png, reliability.png and a "Classification" section to report.md.
-# RUN_DIR/calibration.json, when present, holds {"temperature": T, "ece_before": .., "ece_after": ..}
-# and adds the temperature-scaled curve to the reliability diagram.
-
-CALIBRATION_FILE = "calibration.json"
-
-
-def _read_classification_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(classification.json, calibration.json or {}) of a classification run; None for other runs."""
-    from trmkit.tasks.classify import CLASSIFICATION_FILE, read_classification
-
-    path = run_dir / CLASSIFICATION_FILE
-    if not path.is_file():
-        return None
-    calibration = _read_json(run_dir / CALIBRATION_FILE)
-    if calibration and not isinstance(calibration.get("temperature"), (int, float)):
-        raise ValueError(f"{run_dir / CALIBRATION_FILE}: needs a numeric \"temperature\" key, "
-                         f"got keys {sorted(calibration)}; write it again or delete it")
-    return read_classification(path), calibration
-
-
-def _calibrated_bins(data: Mapping[str, Any], temperature: float) -> tuple[list[dict], float]:
-    """Reliability bins and ECE of the saved logits divided by `temperature`."""
-    import numpy as np
-
-    from trmkit.tasks.classify import PROB_FNS, expected_calibration_error, reliability_bins
-
-    prob_fn = PROB_FNS[data.get("probability", "stablemax")]
-    bins = int(data.get("bins") or len(data["reliability"]) or 15)
-    logits = np.asarray(data["logits"], dtype=np.float64).reshape(len(data["labels"]), -1)
-    probs = prob_fn(logits, temperature)
-    return reliability_bins(probs, data["labels"], bins), expected_calibration_error(probs, data["labels"], bins)
-
-
-def _number(value: Any, default: float) -> float:
-    """value when it is a number (calibration.json may lack a key or hold null), else default."""
-    return float(value) if isinstance(value, (int, float)) else default
-
-
-def _plot_confusion(data: Mapping[str, Any], out_dir: Path) -> Path:
-    """confusion.png: annotated counts, rows the true class, columns the predicted one."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    names = list(data["class_names"])
-    summary = data["summary"]
-    cm = np.asarray(summary["confusion"], dtype=np.int64).reshape(len(names), len(names))
-    side = 2.5 + 0.9 * len(names)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side))
-    image = ax.imshow(cm, cmap="Blues")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    threshold = cm.max() / 2 if cm.size and cm.max() else 0.5
-    for i in range(len(names)):
-        for j in range(len(names)):
-            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
-                    color="white" if cm[i, j] > threshold else "black")
-    ax.set_xticks(range(len(names)), names, rotation=45 if max(map(len, names), default=0) > 6 else 0,
-                  ha="right" if max(map(len, names), default=0) > 6 else "center")
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(f"Confusion (n={int(cm.sum())}): accuracy {summary['accuracy']:.3f}, "
-                 f"macro-F1 {summary['macro_f1']:.3f}", fontsize=10)
-    fig.tight_layout()
-    path = out_dir / "confusion.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def _reliability_series(ax, bins: Sequence[Mapping[str, Any]], label: str, style: str) -> None:
-    kept = [b for b in bins if b["count"]]
-    ax.plot([b["confidence"] for b in kept], [b["accuracy"] for b in kept], style, label=label, markersize=4)
-
-
-def _plot_reliability(data: Mapping[str, Any], calibration: Mapping[str, Any], out_dir: Path) -> Path:
-    """reliability.png: accuracy against confidence per bin, the diagonal, bin counts underneath."""
-    import matplotlib.pyplot as plt
-
-    before = data["reliability"]
-    fig, (ax, counts) = plt.subplots(2, 1, figsize=(6, 6), sharex=True, gridspec_kw={"height_ratios": (3, 1)})
-    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
-    _reliability_series(ax, before, "before", "o-")
-    title = f"Reliability: ECE {_number(calibration.get('ece_before'), data['ece']):.3f}"
-    width = [b["hi"] - b["lo"] for b in before]
-    counts.bar([b["lo"] for b in before], [b["count"] for b in before], width=width, align="edge",
-               alpha=0.5, label="before", edgecolor="C0")
-    if calibration and data["labels"]:
-        t = float(calibration["temperature"])
-        after, ece_after = _calibrated_bins(data, t)
-        _reliability_series(ax, after, f"after (T={t:.3g})", "s-")
-        counts.step([b["lo"] for b in after] + [1.0], [b["count"] for b in after] + [after[-1]["count"]],
-                    where="post", color="C1", label="after")
-        title += f" before, {_number(calibration.get('ece_after'), ece_after):.3f} after temperature T={t:.3g}"
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    counts.set_xlabel("confidence (top-label probability)")
-    counts.set_ylabel("examples")
-    counts.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path = out_dir / "reliability.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def _classification_figures(found: tuple[dict, dict] | None, out_dir: Path) -> list[Path]:
-    if found is None:
-        return []
-    data, calibration = found
-    return [_plot_confusion(data, out_dir), _plot_reliability(data, calibration, out_dir)]
-
-
-def _classification_markdown(found: tuple[dict, dict] | None) -> str:
-    """The "Classification" section of report.md ("" for other runs)."""
-    if found is None:
-        return ""
-    data, calibration = found
-    s = data["summary"]
-    rows = [("examples", s["n"]), ("accuracy", f"{s['accuracy']:.4f}"), ("macro-F1", f"{s['macro_f1']:.4f}"),
-            ("weighted-F1", f"{s['weighted_f1']:.4f}"), ("ECE (stable-max, top label)", f"{data['ece']:.4f}")]
-    if calibration:
-        after = calibration.get("ece_after")
-        rows += [("temperature", f"{float(calibration['temperature']):.4g}"),
-                 ("ECE after temperature scaling",
-                  f"{after:.4f}" if isinstance(after, (int, float)) else "-")]
-    lines = ["## Classification", ""] + _table(rows, ("metric", "value"))
-    lines += ["", "| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {c['precision']:.4f} | {c['recall']:.4f} | {c['f1']:.4f} | {c['support']} |"
-              for name, c in s["per_class"].items()]
-    names = list(data["class_names"])
-    lines += ["", "Confusion (rows true, columns predicted):", "",
-              "| true \\ predicted | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |" for name, row in zip(names, s["confusion"])]
-    return "\n".join(lines + [""])

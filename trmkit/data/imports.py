@@ -1,6 +1,6 @@
 """What every builder shares: a report of what was read, kept and skipped, and the test/train split.
 
-Builders of every task (data/sudoku.py, tasks/*.py) count each bad item here with
+Builders of every task (tasks/sudoku/build.py, tasks/*.py) count each bad item here with
 where it was ("file:line") and why, so nothing is dropped silently, and split
 their items with `split_rows`.
 """

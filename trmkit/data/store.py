@@ -1,4 +1,4 @@
-"""The generic on-disk data store that every task builder fills.
+"""The generic on-disk data store that every task builder fills: its format, writing and opening.
 
 A dataset root ``DIR`` holds one directory per split (``DIR/train``,
 ``DIR/test``). Each split directory holds five ``.npy`` arrays and a
@@ -13,16 +13,8 @@ A group is an original puzzle together with its augmentations. The
 vocabulary is stored as strings in ``meta.json`` so a store can be decoded
 without trmkit.
 
-Arrays are opened memory-mapped; :class:`SampleStream` and
-:func:`eval_batches` read only the rows they return, so datasets larger
-than RAM train fine.
-
-Sampling follows the TRM reference: each epoch visits every group once in a
-shuffled order and draws one random augmentation (puzzle) of that group and
-one random example of that puzzle. Unlike the reference, an epoch never
-drops a partial batch: :meth:`SampleStream.take` crosses epoch boundaries,
-so every group is seen exactly once per epoch and the stream can be resumed
-mid-epoch from ``state_dict()``.
+Arrays are opened memory-mapped; the samplers in stream.py read only the
+rows they return, so datasets larger than RAM train fine.
 """
 
 from __future__ import annotations
@@ -32,9 +24,11 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from trmkit.files import atomic_open, commit_dir, fsync_dir, temp_sibling, write_json
 
 FORMAT = "trmkit-store/1"
 META_FILE = "meta.json"
@@ -44,7 +38,7 @@ BUILDER_META_KEYS = (
     "task", "vocab", "pad_id", "ignore_label_id", "blank_id",
     "num_puzzle_identifiers", "source", "build",
 )
-_REBUILD_HINT = "rebuild the dataset with trmkit's data builder"
+REBUILD_HINT = "rebuild the dataset with trmkit's data builder"
 
 
 class StoreError(Exception):
@@ -112,11 +106,11 @@ class StoreMeta:
         names = [f for f in cls.__dataclass_fields__ if f not in ("build", "classes")]
         missing = [k for k in names if k not in data]
         if missing:
-            raise StoreError(f"{where}: missing key(s) {missing}; {_REBUILD_HINT}")
+            raise StoreError(f"{where}: missing key(s) {missing}; {REBUILD_HINT}")
         if not str(data["format"]).startswith("trmkit-store/"):
             raise StoreError(f"{where}: format {data['format']!r} is not a trmkit store")
         if data["format"] != FORMAT:
-            raise StoreError(f"{where}: format {data['format']!r}, this trmkit reads {FORMAT!r}; {_REBUILD_HINT}")
+            raise StoreError(f"{where}: format {data['format']!r}, this trmkit reads {FORMAT!r}; {REBUILD_HINT}")
         kwargs = {k: data[k] for k in names}
         kwargs["vocab"] = tuple(str(v) for v in data["vocab"])
         kwargs["dtypes"] = {str(k): str(v) for k, v in data["dtypes"].items()}
@@ -165,19 +159,6 @@ class Split:
         return int(self.puzzle_identifiers.shape[0])
 
 
-@dataclass(frozen=True)
-class Batch:
-    """A batch of samples in their stored (small) dtypes."""
-
-    inputs: np.ndarray  # (B, L)
-    labels: np.ndarray  # (B, L)
-    puzzle_ids: np.ndarray  # (B,)
-    rows: np.ndarray | None = None  # (B,) example rows in the split (evaluation batches)
-
-    def __len__(self) -> int:
-        return int(self.inputs.shape[0])
-
-
 # ---------------------------------------------------------------- writing
 
 
@@ -208,14 +189,14 @@ def write_store(
     prepared = {name: _prepare_split(name, arrays, meta) for name, arrays in splits.items()}
     extras = _check_extras(extras or {}, splits)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_sibling(out, "tmp")
+    tmp = temp_sibling(out)
     tmp.mkdir()
     try:
         for name, (arrays, split_meta) in prepared.items():
             _write_split(tmp / name, arrays, split_meta)
             _write_sidecars(tmp / name, extras.get(name, {}))
-        _fsync_dir(tmp)
-        _swap_into_place(tmp, out)
+        fsync_dir(tmp)
+        commit_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -333,67 +314,15 @@ def _check_extras(extras: Mapping[str, Mapping[str, Any]], splits: Mapping[str, 
 def _write_split(path: Path, arrays: SplitArrays, meta: dict[str, Any]) -> None:
     path.mkdir()
     for name in ARRAY_NAMES:
-        with open(path / f"{name}.npy", "wb") as f:
+        with atomic_open(path / f"{name}.npy", "wb") as f:
             np.save(f, getattr(arrays, name), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-    with open(path / META_FILE, "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(path)
+    write_json(path / META_FILE, meta)
 
 
 def _write_sidecars(path: Path, files: Mapping[str, Any]) -> None:
     """A split's extra JSON files (compact: they can be large), inside the not yet renamed store."""
     for name, value in files.items():
-        with open(path / name, "w", encoding="utf-8") as f:
-            json.dump(value, f)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-    if files:
-        _fsync_dir(path)
-
-
-def _fresh_sibling(out: Path, kind: str) -> Path:
-    """An unused hidden path next to ``out`` (same filesystem, so rename is atomic)."""
-    while True:
-        candidate = out.parent / f".{out.name}.{kind}-{os.getpid()}-{os.urandom(4).hex()}"
-        if not candidate.exists():
-            return candidate
-
-
-def _swap_into_place(new: Path, out: Path) -> None:
-    """Rename ``new`` to ``out``; an existing ``out`` is moved aside then deleted."""
-    if not out.exists():
-        os.replace(new, out)
-        _fsync_dir(out.parent)
-        return
-    old = _fresh_sibling(out, "old")
-    os.replace(out, old)
-    try:
-        os.replace(new, out)
-    except BaseException:
-        os.replace(old, out)
-        raise
-    _fsync_dir(out.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Persist directory entries; a no-op where the OS cannot open directories."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        write_json(path / name, value, indent=None)
 
 
 # ---------------------------------------------------------------- reading
@@ -403,10 +332,10 @@ def open_store(root: str | os.PathLike[str]) -> dict[str, Split]:
     """Open every split directory under a dataset root."""
     root = Path(root)
     if not root.is_dir():
-        raise StoreError(f"{root}: dataset directory not found; {_REBUILD_HINT}")
+        raise StoreError(f"{root}: dataset directory not found; {REBUILD_HINT}")
     splits = {c.name: open_split(c) for c in sorted(root.iterdir()) if (c / META_FILE).is_file()}
     if not splits:
-        raise StoreError(f"{root}: no split directories (e.g. train/, test/) with {META_FILE}; {_REBUILD_HINT}")
+        raise StoreError(f"{root}: no split directories (e.g. train/, test/) with {META_FILE}; {REBUILD_HINT}")
     return splits
 
 
@@ -414,7 +343,7 @@ def open_split(path: str | os.PathLike[str]) -> Split:
     """Open one split with memory-mapped arrays, checking it against meta.json."""
     path = Path(path)
     if not path.is_dir():
-        raise StoreError(f"{path}: split directory not found; {_REBUILD_HINT}")
+        raise StoreError(f"{path}: split directory not found; {REBUILD_HINT}")
     meta = read_meta(path / META_FILE)
     arrays = {name: _load_array(path / f"{name}.npy") for name in ARRAY_NAMES}
     _check_split(path, meta, arrays)
@@ -428,21 +357,21 @@ def read_meta(path: str | os.PathLike[str]) -> StoreMeta:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise StoreError(f"{path}: missing; {_REBUILD_HINT}") from None
+        raise StoreError(f"{path}: missing; {REBUILD_HINT}") from None
     except ValueError as e:
-        raise StoreError(f"{path}: not valid JSON ({e}); {_REBUILD_HINT}") from None
+        raise StoreError(f"{path}: not valid JSON ({e}); {REBUILD_HINT}") from None
     if not isinstance(data, dict):
-        raise StoreError(f"{path}: expected a JSON object; {_REBUILD_HINT}")
+        raise StoreError(f"{path}: expected a JSON object; {REBUILD_HINT}")
     return StoreMeta.from_dict(data, where=str(path))
 
 
 def _load_array(path: Path) -> np.ndarray:
     if not path.is_file():
-        raise StoreError(f"{path}: missing; {_REBUILD_HINT}")
+        raise StoreError(f"{path}: missing; {REBUILD_HINT}")
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
-        raise StoreError(f"{path}: unreadable ({e}); {_REBUILD_HINT}") from None
+        raise StoreError(f"{path}: unreadable ({e}); {REBUILD_HINT}") from None
 
 
 def _check_split(path: Path, meta: StoreMeta, arrays: Mapping[str, np.ndarray]) -> None:
@@ -460,168 +389,9 @@ def _check_split(path: Path, meta: StoreMeta, arrays: Mapping[str, np.ndarray]) 
         if arr.shape != shape:
             raise StoreError(
                 f"{path / (name + '.npy')}: shape {arr.shape}, but {META_FILE} implies {shape}; "
-                f"the store is inconsistent, {_REBUILD_HINT}"
+                f"the store is inconsistent, {REBUILD_HINT}"
             )
         if meta.dtypes.get(name) not in (None, str(arr.dtype)):
             raise StoreError(f"{path / (name + '.npy')}: dtype {arr.dtype}, {META_FILE} says {meta.dtypes[name]}")
     if int(arrays["puzzle_indices"][-1]) != n or int(arrays["group_indices"][-1]) != p:
-        raise StoreError(f"{path}: puzzle_indices/group_indices do not end at {n}/{p}; {_REBUILD_HINT}")
-
-
-# ---------------------------------------------------------------- sampling
-
-
-class SampleStream:
-    """Endless, resumable training samples from one split.
-
-    Epoch ``e`` visits every group once, in the order
-    ``default_rng([seed, e]).permutation(G)``, drawing one random puzzle
-    (augmentation) of each group and one random example of that puzzle from
-    the same generator. Only the chosen rows of the memory-mapped arrays
-    are read.
-
-    With several processes (rank of world), a stream serves only the epoch's
-    positions rank, rank + world, rank + 2 * world, ...: the shares of one
-    epoch are disjoint and their union is exactly the single-process epoch.
-    """
-
-    def __init__(self, split: Split, seed: int, rank: int = 0, world: int = 1) -> None:
-        if split.num_groups < 1:
-            raise StoreError(f"{split.path}: split has no groups to sample from; {_REBUILD_HINT}")
-        if not 0 <= rank < world:
-            raise ValueError(f"need 0 <= rank < world, got rank {rank} of {world}")
-        if split.num_groups < world:
-            raise StoreError(f"{split.path}: {split.num_groups} groups cannot be shared by {world} processes "
-                             "(each needs at least one); build a larger store or use fewer processes")
-        self._split = split
-        self._rank, self._world = rank, world
-        self._groups = np.asarray(split.group_indices, dtype=np.int64)  # (G+1,), small
-        self._seed = _check_seed(seed)
-        self._epoch = 0
-        self._index = 0
-        self._plan_epoch = -1
-        self._plan_examples = np.empty(0, dtype=np.int64)  # (G,) example row per position
-        self._plan_puzzles = np.empty(0, dtype=np.int64)  # (G,) puzzle per position
-
-    @property
-    def epoch(self) -> int:
-        """Epochs completed so far (the epoch the next sample comes from)."""
-        return self._epoch
-
-    @property
-    def share(self) -> int:
-        """Positions of each epoch this stream serves (all of them in a single process)."""
-        return len(range(self._rank, self._split.num_groups, self._world))
-
-    @property
-    def samples_served(self) -> int:
-        """Samples returned since epoch 0, index 0."""
-        return self._epoch * self.share + self._index
-
-    def state_dict(self) -> dict[str, int]:
-        """Position in the stream; :meth:`load_state_dict` resumes from it exactly."""
-        state = {"epoch": self._epoch, "index": self._index, "seed": self._seed}
-        if self._world > 1:
-            state.update(rank=self._rank, world=self._world)
-        return state
-
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume at a position saved by :meth:`state_dict` (by the same rank of the same world)."""
-        epoch, index = int(state["epoch"]), int(state["index"])
-        if epoch < 0 or not 0 <= index < self.share:
-            raise ValueError(
-                f"stream state {dict(state)} does not fit a split with {self._split.num_groups} groups; "
-                "was the dataset rebuilt since the checkpoint?"
-            )
-        saved = (int(state.get("rank", 0)), int(state.get("world", 1)))
-        if saved != (self._rank, self._world):
-            raise ValueError(f"stream state of rank {saved[0]} of {saved[1]} loaded into rank {self._rank} "
-                             f"of {self._world}; use position_for() to move a position to another world size")
-        self._seed = _check_seed(int(state["seed"]))
-        self._epoch, self._index = epoch, index
-        self._plan_epoch = -1
-
-    def position_for(self, states: list[Mapping[str, int]]) -> dict[str, int]:
-        """This stream's state when the run was saved by another number of processes (`states`, one
-        per old rank): the earliest epoch any old rank was in, from the first position of it that some
-        old rank had not yet served. Samples past it that other old ranks had served come again."""
-        epoch = min(int(st["epoch"]) for st in states)
-        old_world = len(states)
-        # old rank r served positions r, r + W, ... below index * W + r of its epoch
-        served = [int(st["index"]) * old_world + int(st.get("rank", i)) if int(st["epoch"]) == epoch else None
-                  for i, st in enumerate(states)]
-        first_open = min(s for s in served if s is not None)  # every position below it was served
-        index = -(-max(0, first_open - self._rank) // self._world)
-        if index >= self.share:  # every position of this share in that epoch was served: the next epoch
-            epoch, index = epoch + 1, 0
-        return {"epoch": epoch, "index": index, "seed": int(states[0]["seed"]),
-                **({"rank": self._rank, "world": self._world} if self._world > 1 else {})}
-
-    def take(self, k: int) -> Batch:
-        """The next ``k`` samples, crossing epoch boundaries as needed."""
-        if k < 0:
-            raise ValueError(f"take(k) needs k >= 0, got {k}")
-        groups = self.share
-        rows, puzzles = [], []
-        while k > 0:
-            self._ensure_plan()
-            n = min(k, groups - self._index)
-            rows.append(self._plan_examples[self._index : self._index + n])
-            puzzles.append(self._plan_puzzles[self._index : self._index + n])
-            self._index += n
-            k -= n
-            if self._index == groups:
-                self._epoch, self._index = self._epoch + 1, 0
-        empty = np.empty(0, dtype=np.int64)
-        return _gather(
-            self._split,
-            np.concatenate(rows) if rows else empty,
-            np.concatenate(puzzles) if puzzles else empty,
-        )
-
-    def _ensure_plan(self) -> None:
-        """Draw the current epoch's group order, puzzle and example choices."""
-        if self._plan_epoch == self._epoch:
-            return
-        rng = np.random.default_rng([self._seed, self._epoch])
-        order = rng.permutation(self._split.num_groups)  # (G,)
-        puzzles = rng.integers(self._groups[order], self._groups[order + 1])  # (G,)
-        starts = np.asarray(self._split.puzzle_indices[puzzles], dtype=np.int64)  # (G,)
-        ends = np.asarray(self._split.puzzle_indices[puzzles + 1], dtype=np.int64)  # (G,)
-        self._plan_examples = rng.integers(starts, ends)[self._rank::self._world]  # (G / world,)
-        self._plan_puzzles = puzzles[self._rank::self._world]
-        self._plan_epoch = self._epoch
-
-
-def _check_seed(seed: int) -> int:
-    if int(seed) != seed or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
-
-
-def _gather(split: Split, rows: np.ndarray, puzzles: np.ndarray) -> Batch:
-    """Read only the given example rows (and their puzzles' ids) from the memmaps."""
-    return Batch(
-        inputs=np.asarray(split.inputs[rows]),  # (k, L)
-        labels=np.asarray(split.labels[rows]),  # (k, L)
-        puzzle_ids=np.asarray(split.puzzle_identifiers[puzzles]),  # (k,)
-    )
-
-
-def eval_batches(split: Split, batch_size: int, limit: int | None = None, rank: int = 0,
-                 world: int = 1) -> Iterator[Batch]:
-    """All examples in stored order (or the first ``limit``); the last batch may be smaller.
-    With several processes, process `rank` of `world` reads only the batches i with i % world == rank."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    total = len(split) if limit is None else min(int(limit), len(split))
-    for start in range(rank * batch_size, total, world * batch_size):
-        stop = min(start + batch_size, total)
-        rows = np.arange(start, stop)
-        puzzles = np.searchsorted(split.puzzle_indices, rows, side="right") - 1  # (b,)
-        yield Batch(
-            inputs=np.array(split.inputs[start:stop]),  # (b, L)
-            labels=np.array(split.labels[start:stop]),  # (b, L)
-            puzzle_ids=np.asarray(split.puzzle_identifiers[puzzles]),  # (b,)
-            rows=rows,
-        )
+        raise StoreError(f"{path}: puzzle_indices/group_indices do not end at {n}/{p}; {REBUILD_HINT}")

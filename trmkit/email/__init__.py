@@ -1,9 +1,19 @@
-"""E-mail classification with a TRM, as an application on top of the toolkit (issue 12).
+"""Everything e-mail: reading real mail, labels, the classifier task, and what uses a trained model.
 
-The data side (reading mailboxes, labels, de-duplication, splits, the tokenizer) lives in
-`trmkit.data.email` and the store builder in `trmkit.tasks`; this package holds what uses a
-trained model or compares against one: the scikit-learn TF-IDF + logistic-regression baseline
-(`baseline.py`), whose numbers come from the same `tasks.classify.summary_metrics` as the
-TRM's, and the prediction, export and serving tools. Heavy libraries (scikit-learn, tokenizers,
-starlette) are imported inside the functions that need them.
+    mail/        real mail -> Message records (mime.py: one RFC 822 message; mailbox.py: .eml
+                 folders, Maildir, mbox(.gz); records.py: CSV and JSONL)
+    labels.py    --label-from strategies (folder, gmail, header:NAME, column:NAME) and label maps
+    dedup.py     exact and near-duplicate removal (MinHash + LSH, verified by Jaccard)
+    prepare.py   language, stratified or time split, lengths, the dataset report
+    tokenizer.py the `tokenizers` BPE trained on the training split; field markers; truncation
+    task.py      `trmkit data email` (mailbox -> classify store) and the e-mail `Task`
+    plots.py     the task's report plots: confusion matrix, reliability diagram, Markdown section
+    bundle.py    a trained classifier as one folder: export, load, predict
+    serve.py     `trmkit email serve`, a local HTTP JSON API
+    baseline.py  the TF-IDF + logistic-regression baseline a TRM has to beat
+    commands.py  `trmkit email predict | export | serve | baseline`
+
+The generic classification maths (F1, calibration, the scorer) is tasks/classify.py, shared by
+the scorer, the plots and the baseline. Heavy libraries (scikit-learn, tokenizers, starlette,
+matplotlib) are imported inside the functions that need them.
 """

@@ -8,7 +8,7 @@ same code that scores the TRM, so the two sides are comparable line by line.
 
 Numbers, stratified 80/20 split (`stratified_split`), seed 0:
 - Turkish trspam, all 825 labelled rows, text only: accuracy 0.921, macro-F1
-  0.915 (seeds 0-4: macro-F1 0.915-0.955, mean 0.937); tests/test_email_baseline.py
+  0.915 (seeds 0-4: macro-F1 0.915-0.955, mean 0.937); tests/email/test_baseline.py
   runs this. An earlier measurement with another split reported 0.969 / 0.965:
   with 165 test messages one split moves macro-F1 by several points.
 - SpamAssassin easy-ham/hard-ham/spam, exact-duplicate bodies removed: an
@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trmkit.data.email.prepare import message_text  # noqa: F401 (the text both sides read)
+from trmkit.email.prepare import message_text  # noqa: F401 (the text both sides read)
 from trmkit.tasks.classify import summary_metrics
 
 SETTINGS = {"ngram_range": (1, 2), "sublinear_tf": True, "min_df": 2, "lowercase": True,

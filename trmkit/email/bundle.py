@@ -9,7 +9,8 @@
       model_card.md       what it is, the data, the measured test metrics (from classification.json)
 
 Loading reads JSON and safetensors only: nothing is ever unpickled. `Classifier` loads a bundle
-or a run directory (the same files, read from where `trmkit train` left them) and classifies
+or a run directory (the same files, read from where `trmkit train` left them: the run's names
+come from trmkit.rundir, its weights load through rundir.load_weights) and classifies
 `Message`s in batches, halting each message when its halting head says so (ACT), as trained.
 """
 
@@ -27,12 +28,26 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from trmkit import rundir
 from trmkit.config import ConfigError, ModelConfig
-from trmkit.data.email import Message
+from trmkit.data.store import META_FILE
+from trmkit.email.mail import Message
+from trmkit.email.task import NAME
+from trmkit.email.tokenizer import TOKENIZER_FILE
+from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
 from trmkit.tasks.classify import stablemax_probs
 
-FILES = ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "calibration.json", "model_card.md")
+# The bundle's own file names (a bundle is not a run directory: see the module docstring).
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+LABELS_FILE = "labels.json"
+CALIBRATION_FILE = "calibration.json"
+MODEL_CARD_FILE = "model_card.md"
+FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, LABELS_FILE, CALIBRATION_FILE, MODEL_CARD_FILE)
+FORMAT = "trmkit-email-bundle/1"
+NO_WEIGHTS = "train the run to the end first (`trmkit train`)"
+_COPY_CHUNK = 1 << 20
 
 
 @dataclass
@@ -47,55 +62,66 @@ def calibrate(run_dir: Path) -> Calibration:
     """The run's calibration.json (written at the end of training), fitted again if it is missing."""
     from trmkit.tasks.classify import calibrate as fit
 
-    path = run_dir / "classification.json"
+    path = rundir.path(run_dir, rundir.CLASSIFICATION)
     if not path.is_file():
         raise ConfigError(f"{path} not found: train the run to the end (its last evaluation writes it)")
-    cal = json.loads((run_dir / "calibration.json").read_text()) if (run_dir / "calibration.json").is_file() \
-        else fit(run_dir)
+    fitted = rundir.path(run_dir, rundir.CALIBRATION)
+    cal = json.loads(fitted.read_text()) if fitted.is_file() else fit(run_dir)
     return Calibration(**{k: cal.get(k) for k in ("temperature", "ece_before", "ece_after", "fitted_on")})
+
+
+def run_files(run_dir: Path) -> tuple[dict, Path, dict]:
+    """(the run's config.yaml, its store's train/ folder, that folder's meta.json)."""
+    import yaml
+
+    cfg = yaml.safe_load(rundir.path(run_dir, rundir.CONFIG).read_text())
+    train = Path(cfg["data"]["path"]) / "train"
+    return cfg, train, json.loads((train / META_FILE).read_text())
 
 
 def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
     """Write BUNDLE from a finished run; atomic (a hidden sibling renamed into place)."""
-    import yaml
-
     run_dir, out = Path(run_dir), Path(out)
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    store = Path(cfg["data"]["path"])
-    meta = json.loads((store / "train" / "meta.json").read_text())
-    if meta.get("task") != "email" or not meta.get("classes"):
+    cfg, train, meta = run_files(run_dir)
+    if meta.get("task") != NAME or not meta.get("classes"):
         raise ConfigError(f"{run_dir}: trained on a {meta.get('task')!r} store; export takes an e-mail run")
-    weights = run_dir / "weights.safetensors"
+    weights = rundir.path(run_dir, rundir.WEIGHTS)
     if not weights.is_file():
-        raise ConfigError(f"{weights} not found: train the run to the end first (`trmkit train`)")
+        raise ConfigError(f"{weights} not found: {NO_WEIGHTS}")
     cal = calibrate(run_dir)
     log(f"calibration: temperature {cal.temperature:.3f} (fitted on {cal.fitted_on}); test ECE "
         f"{cal.ece_before:.4f} -> {cal.ece_after if cal.ece_after is not None else float('nan'):.4f}")
-    if out.exists() and not (out / "config.json").is_file():
+    if out.exists() and not (out / CONFIG_FILE).is_file():
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
-    tmp = out.parent / f".{out.name}.tmp-{time.time_ns()}"
+    config = {"format": FORMAT, "model": cfg["model"], "seq_len": meta["seq_len"],
+              "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
+    texts = {CONFIG_FILE: json.dumps(config, indent=2, default=str), LABELS_FILE: json.dumps(meta["classes"]),
+             CALIBRATION_FILE: json.dumps(asdict(cal), indent=2),
+             MODEL_CARD_FILE: model_card(run_dir, cfg, meta, cal)}
+    write_bundle(out, {MODEL_FILE: weights, TOKENIZER_FILE: train / TOKENIZER_FILE}, texts)
+    return out
+
+
+def write_bundle(out: Path, copies: dict[str, Path], texts: dict[str, str]) -> None:
+    """Build the folder in a hidden sibling (files copied or written, each fsync'd), then rename it
+    over `out`: a reader sees the old bundle or the new one, never half of one."""
+    tmp = temp_sibling(out)
     tmp.mkdir(parents=True)
     try:
-        shutil.copyfile(weights, tmp / "model.safetensors")
-        shutil.copyfile(store / "train" / "tokenizer.json", tmp / "tokenizer.json")
-        config = {"format": "trmkit-email-bundle/1", "model": cfg["model"], "seq_len": meta["seq_len"],
-                  "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
-        (tmp / "labels.json").write_text(json.dumps(meta["classes"]))
-        (tmp / "calibration.json").write_text(json.dumps(asdict(cal), indent=2))
-        (tmp / "model_card.md").write_text(model_card(run_dir, cfg, meta, cal))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.replace(out)
+        for name, source in copies.items():
+            with open(source, "rb") as f:
+                atomic_write(tmp / name, iter(lambda: f.read(_COPY_CHUNK), b""))
+        for name, text in texts.items():
+            atomic_write(tmp / name, text)
+        commit_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
 
 
 def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration) -> str:
     """Markdown: the model, its data, and the test metrics measured at the end of training."""
-    test = json.loads((run_dir / "classification.json").read_text())
+    test = json.loads(rundir.path(run_dir, rundir.CLASSIFICATION).read_text())
     summary = test.get("summary", {})
     m, d = cfg["model"], meta["build"].get("dataset", {})
     lines = [
@@ -157,48 +183,41 @@ class Classifier:
     @classmethod
     def load(cls, path: str | Path, **kwargs) -> "Classifier":
         path = Path(path)
-        if (path / "config.json").is_file():
+        if (path / CONFIG_FILE).is_file():
             return cls._from_bundle(path, **kwargs)
-        if (path / "config.yaml").is_file():
+        if rundir.path(path, rundir.CONFIG).is_file():
             return cls._from_run(path, **kwargs)
-        raise ConfigError(f"{path}: neither a bundle (config.json) nor a run directory (config.yaml); "
+        raise ConfigError(f"{path}: neither a bundle ({CONFIG_FILE}) nor a run directory ({rundir.CONFIG}); "
                           "pass `trmkit email export RUN --out BUNDLE`'s folder or a finished run")
 
     @classmethod
     def _from_bundle(cls, path: Path, **kwargs) -> "Classifier":
-        config = json.loads((path / "config.json").read_text())
-        if config.get("format") != "trmkit-email-bundle/1":
-            raise ConfigError(f"{path / 'config.json'}: format {config.get('format')!r} is not trmkit-email-bundle/1")
-        cal = json.loads((path / "calibration.json").read_text()) if (path / "calibration.json").is_file() else {}
-        return cls._build(config["model"], path / "model.safetensors", path / "tokenizer.json",
-                          json.loads((path / "labels.json").read_text()), config["seq_len"], config.get("tail", 0),
+        config = json.loads((path / CONFIG_FILE).read_text())
+        if config.get("format") != FORMAT:
+            raise ConfigError(f"{path / CONFIG_FILE}: format {config.get('format')!r} is not {FORMAT}")
+        cal = json.loads((path / CALIBRATION_FILE).read_text()) if (path / CALIBRATION_FILE).is_file() else {}
+        return cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE,
+                          json.loads((path / LABELS_FILE).read_text()), config["seq_len"], config.get("tail", 0),
                           float(cal.get("temperature", 1.0)), **kwargs)
 
     @classmethod
     def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
-        import yaml
-
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        store = Path(cfg["data"]["path"]) / "train"
-        meta = json.loads((store / "meta.json").read_text())
-        if not (run_dir / "calibration.json").is_file() and (run_dir / "classification.json").is_file():
+        cfg, train, meta = run_files(run_dir)
+        fitted = rundir.path(run_dir, rundir.CALIBRATION)
+        if not fitted.is_file() and rundir.path(run_dir, rundir.CLASSIFICATION).is_file():
             calibrate(run_dir)
-        cal = json.loads((run_dir / "calibration.json").read_text()) if (run_dir / "calibration.json").is_file() else {}
-        return cls._build(cfg["model"], run_dir / "weights.safetensors", store / "tokenizer.json", meta["classes"],
+        cal = json.loads(fitted.read_text()) if fitted.is_file() else {}
+        return cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
                           meta["seq_len"], meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)), **kwargs)
 
     @classmethod
     def _build(cls, model_cfg: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
                temperature: float, **kwargs) -> "Classifier":
-        from safetensors.torch import load_file
+        from trmkit.email.tokenizer import EmailTokenizer
 
-        from trmkit.data.email.tokenizer import EmailTokenizer
-
-        if not weights.is_file():
-            raise ConfigError(f"{weights} not found: train the run to the end first (`trmkit train`)")
         known = {f.name for f in fields(ModelConfig)}
         model = TRM(ModelConfig(**{k: v for k, v in model_cfg.items() if k in known}))
-        model.load_state_dict(load_file(str(weights)))
+        rundir.load_weights(model, weights, what=NO_WEIGHTS)
         if model.cfg.num_classes != len(classes):
             raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")
         return cls(model, EmailTokenizer.load(tokenizer), list(classes), seq_len, tail, temperature, **kwargs)

@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from trmkit import rundir
 from trmkit.config import ConfigError
+from trmkit.files import UnsafeTargetError, atomic_open
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,14 +49,15 @@ def _stderr(line: str) -> None:
 
 def input_messages(inputs: list[str], fmt: str, report):
     """Messages of every input in order; '-' reads one raw message (or an mbox) from stdin."""
-    from trmkit.data.email.ingest import ParseError, iter_messages, parse_bytes
+    from trmkit.email.mail.mailbox import iter_messages
+    from trmkit.email.mail.mime import ParseError, parse_message
 
     for source in inputs:
         if source == "-":
             raw = sys.stdin.buffer.read()
             report.lines += 1
             try:
-                yield parse_bytes(raw, "<stdin>")
+                yield parse_message(raw, "<stdin>")
                 report.accepted += 1
             except ParseError as err:
                 report.skip("<stdin>", "unparseable message", str(err))
@@ -67,28 +70,23 @@ def input_messages(inputs: list[str], fmt: str, report):
 def run_predict(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
     from trmkit.email.bundle import Classifier, predict_stream
-    from trmkit.memory import PeakMeter
+    from trmkit.hardware.memory import PeakMeter
 
     meter = PeakMeter().start()
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     out_path = Path(args.out) if args.out else None
-    tmp = out_path.with_name(out_path.name + ".tmp") if out_path else None
-    sink = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
-    t0, n = time.perf_counter(), 0
-    try:
-        for result in predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch):
-            sink.write(json.dumps(result, ensure_ascii=False) + "\n")
-            n += 1
-    except BaseException:
-        if tmp:
-            sink.close()
-            tmp.unlink(missing_ok=True)
-        raise
-    if tmp:
-        sink.close()
-        tmp.replace(out_path)
+    t0 = time.perf_counter()
+    results = predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
+    if out_path is None:
+        n = write_lines(sys.stdout, results)
+    else:
+        try:
+            with atomic_open(out_path, "w", encoding="utf-8") as sink:  # all lines, or the old file
+                n = write_lines(sink, results)
+        except UnsafeTargetError as err:
+            raise ConfigError(f"--out {err}") from err
     seconds = time.perf_counter() - t0
     for line in report.summary_lines():
         _stderr(line)
@@ -97,6 +95,15 @@ def run_predict(args: argparse.Namespace) -> int:
             f"included), {steps:.2f} supervision steps per message of {clf.model.cfg.halt_max_steps}, peak RSS "
             f"{meter.process_peak() / 2**30:.2f} GiB" + (f" -> {out_path}" if out_path else ""))
     return 0
+
+
+def write_lines(sink, results) -> int:
+    """One JSON line per prediction; how many were written."""
+    n = 0
+    for result in results:
+        sink.write(json.dumps(result, ensure_ascii=False) + "\n")
+        n += 1
+    return n
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -121,10 +128,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
-    from trmkit.data.email import Message
-    from trmkit.data.email.prepare import message_text
+    from trmkit.email.mail import Message
+    from trmkit.email.prepare import message_text
+    from trmkit.email.task import MESSAGES_FILE
 
-    path = data / split / "messages.json"
+    path = data / split / MESSAGES_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: {data} is not an e-mail store (build it with `trmkit data email`)")
     records = json.loads(path.read_text())
@@ -133,15 +141,16 @@ def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
 
 
 def run_baseline(args: argparse.Namespace) -> int:
+    from trmkit.data.store import META_FILE
     from trmkit.email.baseline import run_baseline as baseline
 
     data = Path(args.data)
-    classes = json.loads((data / "train" / "meta.json").read_text()).get("classes", [])
+    classes = json.loads((data / "train" / META_FILE).read_text()).get("classes", [])
     train_x, train_y = store_texts(data, "train")
     test_x, test_y = store_texts(data, "test")
     result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes)}
     if args.run:
-        trm = json.loads((Path(args.run) / "classification.json").read_text())
+        trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
         result["trm"] = trm.get("summary", trm)
     print(json.dumps(result, indent=2))
     _stderr(side_by_side(result, classes))

@@ -22,7 +22,7 @@ Choices and why
       buffer unbounded data. A refused body is drained for at most another max_request_bytes (so
       a client that sends everything before reading sees the 413, not a reset), then the
       connection is closed: at most 2 * max_request_bytes are read and max_request_bytes kept.
-    - Raw mail is decoded by trmkit.data.email.ingest.parse_bytes, the code that read the
+    - Raw mail is decoded by trmkit.email.mail.mime.parse_message, the code that read the
       training mail, so a served message is seen exactly as a training message was.
     - Parsing and prediction run in worker threads (run_in_threadpool) and prediction runs one
       batch at a time (a lock): /health keeps answering during a slow batch, batches running in
@@ -43,7 +43,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping, Protocol
 
-from trmkit.data.email import Message
+from trmkit.email.mail import Message
 
 if TYPE_CHECKING:  # starlette is an optional extra: imported for real only inside make_app
     from starlette.applications import Starlette
@@ -269,17 +269,17 @@ def items_from_raw(body: bytes, parse_raw: RawParser) -> list[Item]:
 
 
 def raw_parser(log: Callable[[str], None]) -> RawParser:
-    """ingest.parse_bytes with every failure a 422: bad input never becomes a 500."""
-    from trmkit.data.email.ingest import ParseError, parse_bytes
+    """mime.parse_message with every failure a 422: bad input never becomes a 500."""
+    from trmkit.email.mail.mime import ParseError, parse_message
 
     def parse(raw: bytes, where: str) -> Message:
         try:
-            return parse_bytes(raw, where=where)
+            return parse_message(raw, where=where)
         except ParseError as e:
             why = f"{e.reason}: {e.detail}" if hasattr(e, "reason") else str(e)
             raise RequestError(422, f"{where}: cannot parse the RFC 822 message: {why}") from None
         except Exception as e:  # a parser bug: still the input's 422, but logged so it gets fixed
-            log(f"serve: parse_bytes raised {type(e).__name__} on {where} (a bug in ingest):\n"
+            log(f"serve: parse_message raised {type(e).__name__} on {where} (a bug in mail/mime.py):\n"
                 f"{traceback.format_exc()}")
             raise RequestError(422, f"{where}: cannot parse the RFC 822 message: "
                                     f"{type(e).__name__}: {e}") from None

@@ -39,7 +39,7 @@ import resource
 import signal
 import sys
 
-# The only callables a job sees. trmkit.rl.sandbox.ALLOWED_CALLS must list the same names
+# The only callables a job sees. trmkit.rl.check.ALLOWED_CALLS must list the same names
 # (the parent compares them with the handshake); keep the two in step.
 SAFE_NAMES = ("abs", "all", "any", "enumerate", "len", "list", "max", "min",
               "range", "reversed", "sorted", "sum", "zip")

@@ -1,6 +1,6 @@
 """`trmkit bench CONFIG --rl`: self-play throughput and memory (docs/rl.md).
 
-Runs `warmup` + `steps` self-play rounds with the preset's plan (the same `loop.prepare` as
+Runs `warmup` + `steps` self-play rounds with the preset's plan (the same `session.prepare` as
 training) and reports rollout tokens/s (sampling all roles, no gradients), update tokens/s
 (the chunked TR-RPG backward over rl.update_epochs), seconds per round, the executor's cache
 hit rate and the peak RSS of the whole process as the kernel counts it.
@@ -20,11 +20,11 @@ Log = Callable[[str], None]
 def run_rl_bench(cfg, hw, steps: int = 3, warmup: int = 1, init: str | None = None, log: Log = print,
                  cache_dir: Path | None = None) -> dict:
     from trmkit.rl.commands import init_from, make_objective
-    from trmkit.train import loop
+    from trmkit.train.session import prepare
 
     objective, cfg = make_objective("train", cfg, log)
     try:
-        s = loop.prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective)
+        s = prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective)
         if init:
             init_from(s, Path(init), log)
         rows = []
@@ -43,7 +43,7 @@ def run_rl_bench(cfg, hw, steps: int = 3, warmup: int = 1, init: str | None = No
     return {"rounds": steps, "samples_per_round": med("perf/samples"), "seconds_per_round": med("seconds"),
             "rollout_tokens_per_s": med("perf/rollout_tokens_per_s"),
             "update_tokens_per_s": med("perf/update_tokens_per_s"), "micro_batch": s.ctx.micro_batch,
-            "threads": int(s.plan.threads.value), "cache_hit_rate": rows[-1]["cache/hit_rate"],
+            "threads": int(s.run.plan.threads.value), "cache_hit_rate": rows[-1]["cache/hit_rate"],
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
             "parameters": s.model.num_parameters()}
 

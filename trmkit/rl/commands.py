@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from trmkit import config as config_mod
+from trmkit import rundir
 from trmkit.config import ConfigError
 
 
@@ -38,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
-    return config_mod.load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml")
+    from trmkit.train.resume import load_for_run
+
+    return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml")
 
 
 def make_objective(kind: str, cfg: config_mod.Config, log=print):
-    from trmkit.rl.objective import SeedObjective, SelfPlayObjective
+    from trmkit.rl.seed import SeedObjective
+    from trmkit.rl.selfplay import SelfPlayObjective
 
     if cfg.model.mixer != "attention":
         raise ConfigError(f"model.mixer={cfg.model.mixer!r}: the policy's (role, type) groups have different "
@@ -59,12 +63,8 @@ def make_objective(kind: str, cfg: config_mod.Config, log=print):
 
 def init_from(session, run_dir: Path, log=print) -> None:
     """Start from a finished run's evaluation weights (model and EMA), not its optimizer."""
-    from safetensors.torch import load_file
-
-    path = Path(run_dir) / "weights.safetensors"
-    if not path.is_file():
-        raise ConfigError(f"--init {run_dir}: no weights.safetensors there; let that run finish first")
-    session.model.load_state_dict(load_file(str(path), device=str(session.ctx.device)))
+    path = rundir.load_weights(session.model, run_dir, session.ctx.device,
+                               what=f"--init {run_dir}: let that run finish first")
     if session.opts.ema is not None:
         for name, p in session.model.named_parameters():
             session.opts.ema.shadow[name].copy_(p.detach().float())
@@ -72,15 +72,14 @@ def init_from(session, run_dir: Path, log=print) -> None:
 
 
 def run_training(args: argparse.Namespace) -> int:
-    from trmkit import hardware, plan
+    from trmkit import hardware
     from trmkit.train import checkpoint, loop
+    from trmkit.train.session import prepare
 
     cfg = load_config(args)
     objective, cfg = make_objective(args.rl_command, cfg)
     try:
-        budget = plan.parse_bytes(args.memory_budget) if args.memory_budget else None
-        session = loop.prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, budget_bytes=budget,
-                               objective=objective)
+        session = prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, objective=objective)
         if args.init and not checkpoint.list_checkpoints(session.cfg.run.dir):  # a resumed run has its own
             init_from(session, Path(args.init))
         loop.train(session, is_tty=sys.stdout.isatty())
@@ -91,18 +90,19 @@ def run_training(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from trmkit import hardware
-    from trmkit.train import loop
+    from trmkit.train import evaluate
+    from trmkit.train.session import prepare
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{run_dir}: no config.yaml there; is it a run written by `trmkit rl seed|train`?")
-    cfg = config_mod.load(run_dir / "config.yaml", [f"run.dir={run_dir}"])
+    if not rundir.path(run_dir, rundir.CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run written by `trmkit rl seed|train`?")
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"])
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
     try:
-        session = loop.prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
-        loop.load_weights(session, run_dir)
-        result = loop.run_eval(session, log=log)
+        session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
+        evaluate.load_weights(session, run_dir)
+        result = evaluate.run_eval(session, log=log)
     finally:
         objective.close()
     if args.json:

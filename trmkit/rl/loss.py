@@ -10,7 +10,7 @@ gradient, where the clip is inactive, is
 
     dL/dtheta = -w * (A - beta * (log w + 1)) * grad log pi_theta(x)
 
-(tests/test_rl_loss.py checks autograd against this formula). The beta term is a KL-style
+(tests/rl/test_loss.py checks autograd against this formula). The beta term is a KL-style
 regulariser: E_old[w log w] = KL(pi_theta || pi_old).
 
 Seeding (SFT): -log pi(trace | task) - alpha * log pi(answer | task, trace), per position

@@ -32,7 +32,7 @@ needs, and a longer program changes single positions rather than shifting the re
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 STATEMENTS: list[tuple[str, str]] = []  # (name, Python line)
 

@@ -8,22 +8,21 @@ store's ``meta.json`` "task" key and hands its scorer to the trainer.
 
 Shapes (docs/tasks.md):
 - "grid": per-position outputs, exact-match metrics (Sudoku, Maze, ARC);
-- "classify": one label per example, F1 metrics and calibration (e-mail: tasks/email.py, tasks/classify.py);
-- "policy": rollouts and rewards, no fixed labels (self-play RL; not built yet).
+- "classify": one label per example, F1 metrics and calibration (e-mail: email/task.py, tasks/classify.py).
+Self-play RL is not a task shape: it has no store, and plugs into the trainer as an
+objective (train/objective.py, trmkit/rl/).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-SHAPES = ("grid", "classify", "policy")
+SHAPES = ("grid", "classify")
 Log = Callable[[str], None]
 
 
@@ -36,9 +35,11 @@ class Task:
     summary: str  # one line for --help
     add_arguments: Callable[[argparse.ArgumentParser], None]  # builder options beyond --out/--test-fraction/--seed
     build: Callable[[argparse.Namespace, Log], Any]  # writes the store at args.out
-    scorer: Callable[[Any], Any] | None = None  # Split -> Scorer (train/evaluate.py) for extra metrics
+    scorer: Callable[[Any], Any] | None = None  # Split -> Scorer (train/scorer.py) for extra metrics
     presets: Mapping[str, str] = field(default_factory=dict)  # name -> configs/*.yaml
     learn_set: Any = None  # the fixed set `trmkit bench --learn --task NAME` measures on (see learn.py)
+    # (run_dir, out_dir) -> (figures written, Markdown section): what `trmkit report` adds for this task
+    plots: Callable[[Path, Path], tuple[list[Path], str]] | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -58,20 +59,3 @@ def dihedral_inverse(grid: np.ndarray, k: int) -> np.ndarray:
     if k >= 4:
         return np.ascontiguousarray(np.rot90(grid.T, -(k % 4)))
     return np.ascontiguousarray(np.rot90(grid, -k))
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write JSON to a temporary file in the same folder, fsync, then rename over `path`
-    (a task's answers: ARC's submission.json, a classifier's classification.json)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

@@ -1,8 +1,8 @@
 """Metrics for any classification task: F1, confusion, calibration, and the evaluation scorer.
 
-numpy only (no torch, no scikit-learn), so that the trainer's scorer, the report
-and the TF-IDF baseline (trmkit/email/baseline.py) all compute their numbers
-with the same code.
+numpy only (no torch, no scikit-learn), so that the trainer's scorer, the
+report's plots (trmkit/email/plots.py) and the TF-IDF baseline
+(trmkit/email/baseline.py) all compute their numbers with the same code.
 
 Probabilities. The TRM is trained with stable-max cross-entropy
 (model/losses.py): s(x) = x + 1 for x >= 0, 1 / (1 - x) for x < 0, and
@@ -36,10 +36,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from trmkit.tasks.base import write_json_atomic
+from trmkit import rundir
+from trmkit.files import write_json
 
 ProbFn = Callable[..., np.ndarray]
-CLASSIFICATION_FILE = "classification.json"
 # Keys under which a store's meta.json "build" section may list the class names, in this order.
 CLASS_NAME_KEYS = ("class_names", "classes", "labels")
 
@@ -357,30 +357,27 @@ class ClassifyScorer:
                 "summary": s["summary"], "ece": s["ece"], "reliability": s["reliability"],
                 "rows": np.concatenate(self.rows).tolist() if self.rows else [],
                 "labels": labels.tolist(), "preds": preds.tolist(), "logits": logits.tolist()}
-        name = CLASSIFICATION_FILE if self.split_name != "val" else VAL_FILE
-        path = write_json_atomic(Path(run_dir) / name, {"split": self.split_name, **data})
-        if self.split_name != "val" and (Path(run_dir) / VAL_FILE).is_file():
+        name = rundir.CLASSIFICATION if self.split_name != "val" else rundir.CLASSIFICATION_VAL
+        path = write_json(rundir.path(run_dir, name), {"split": self.split_name, **data}, indent=None)
+        if self.split_name != "val" and rundir.path(run_dir, rundir.CLASSIFICATION_VAL).is_file():
             calibrate(run_dir)
         return path
-
-
-VAL_FILE = "classification-val.json"
 
 
 def calibrate(run_dir: str | os.PathLike[str]) -> dict:
     """Temperature scaling: T fitted on the validation split's logits (classification-val.json), ECE
     measured on the test split's (classification.json) at T = 1 and at the fitted T; written to
     RUN_DIR/calibration.json. Without a validation file T stays 1 (nothing is fitted on test)."""
-    run_dir = Path(run_dir)
-    test = read_classification(run_dir / CLASSIFICATION_FILE)
+    test = read_classification(rundir.path(run_dir, rundir.CLASSIFICATION))
     logits, labels = np.asarray(test["logits"], dtype=np.float64), np.asarray(test["labels"])
     out = {"temperature": 1.0, "fitted_on": "none",
            "ece_before": expected_calibration_error(stablemax_probs(logits), labels), "ece_after": None}
-    if (run_dir / VAL_FILE).is_file():
-        val = read_classification(run_dir / VAL_FILE)
+    val_file = rundir.path(run_dir, rundir.CLASSIFICATION_VAL)
+    if val_file.is_file():
+        val = read_classification(val_file)
         T = fit_temperature(np.asarray(val["logits"], dtype=np.float64), np.asarray(val["labels"]))
         out.update(temperature=float(T), fitted_on="val",
                    ece_after=expected_calibration_error(stablemax_probs(logits, T), labels),
                    nll_before=nll(stablemax_probs(logits), labels), nll_after=nll(stablemax_probs(logits, T), labels))
-    write_json_atomic(run_dir / "calibration.json", out)
+    write_json(rundir.path(run_dir, rundir.CALIBRATION), out, indent=None)
     return out

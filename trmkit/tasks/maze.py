@@ -43,7 +43,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from trmkit.data.store import Batch, Split, SplitArrays, check_output_dir, write_store
+from trmkit.data.store import Split, SplitArrays, check_output_dir, write_store
+from trmkit.data.stream import Batch
 from trmkit.data.imports import ImportReport, split_rows
 from trmkit.tasks.base import Task, dihedral
 
@@ -301,7 +302,8 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
         splits["train"] = _arrays([rows[i] for i in train_rows], aug, seed)
     lengths = np.array([rows[i].length for i in test_rows] or [r.length for r in rows])  # the held-out mazes
     settings = {"source": str(source), "size": int(rows[0].question.shape[0]), "num": num, "loops": loops,
-                "min_path": min_path, "train_min_path": train_min_path, "test_fraction": test_fraction, "aug": aug, "limit": limit, "seed": seed,
+                "min_path": min_path, "train_min_path": train_min_path, "test_fraction": test_fraction,
+                "aug": aug, "limit": limit, "seed": seed,
                 "path_length": {"min": int(lengths.min()), "mean": float(lengths.mean()),
                                 "max": int(lengths.max())}}
     meta = {"task": "maze", "vocab": list(VOCAB), "pad_id": PAD, "ignore_label_id": PAD, "blank_id": None,

@@ -9,7 +9,7 @@ the CLI reads them into a `World` (the only place that reads the environment). T
 - rank 0 plans (its probes run while the others wait) with the cores and the memory budget of
   its machine split by the ranks on it, and sends the plan to every rank;
 - each rank holds `train.batch_size / world` ACT slots, refilled from its own share of the
-  store's epoch (data/store.py), and the model is wrapped in DistributedDataParallel: the
+  store's epoch (data/stream.py), and the model is wrapped in DistributedDataParallel: the
   gradients are averaged during the last micro-batch's backward, bucket by bucket;
 - the puzzle embedding's sign-SGD rows are gathered from every rank before the update, so the
   tables stay identical without being all-reduced whole;
@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from trmkit import config as config_mod
 from trmkit.config import Config, ConfigError
-from trmkit.plan import bind_local_device, collective_backend
+from trmkit.plan.device import bind_local_device, collective_backend
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,8 @@ def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
         values = [m[key] for m in have]
         if key in SUMMED:
             out[key] = sum(values)
-        elif key.startswith(("train/accuracy", "train/exact_accuracy", "train/steps")) and key != "train/accuracy_all_slots":
+        elif (key.startswith(("train/accuracy", "train/exact_accuracy", "train/steps"))
+              and key != "train/accuracy_all_slots"):
             weights = [m.get("train/halted", 1.0) for m in have]
             out[key] = sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1e-9)
         else:

@@ -11,34 +11,37 @@ Reported metrics (names shared by `train`'s summary and `eval`):
 
 A task adds its own metrics through a `Scorer` (docs/tasks.md): it sees every
 batch with the predicted tokens and the final halting logit, and its
-`result()` is merged into the metrics. The trainer knows only this protocol,
-never a task.
+`result()` is merged into the metrics. The trainer knows only these protocols,
+never a task: a scorer may also write the task's answers after evaluation (`SavesAnswers`)
+and ask for the logits (`NeedsLogits`).
+
+`run_eval` evaluates a session (train/session.py) with the EMA weights when EMA is on,
+retrying at half the batch when an allocation fails; with several processes the batches or
+the task's scoring are shared out (train/distributed.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol
+import os
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import torch
 
+from trmkit import hardware, rundir
+from trmkit.data.stream import eval_batches
 from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
-from trmkit.train.step import StepContext, labels_to_tensor
+from trmkit.train import distributed as dist_mod
+from trmkit.train.optim import ema_weights
+from trmkit.train.scorer import NeedsLogits, SavesAnswers, Scorer
+from trmkit.train.session import Session
+from trmkit.train.step import StepContext, is_out_of_memory, labels_to_tensor
 
+if TYPE_CHECKING:
+    from trmkit.data.store import Split
 
-class Scorer(Protocol):
-    """A task's extra metrics, fed batch by batch during evaluation."""
-
-    def add(self, batch, preds: np.ndarray, q_halt: np.ndarray) -> None:
-        """batch: data.store.Batch (rows included); preds (b, L) token ids; q_halt (b,) final halt logits."""
-
-    def result(self) -> dict[str, float]:
-        """Metrics to merge into the evaluation's (names must not clash with the generic ones)."""
-
-    # Optional: save(run_dir) -> Path writes the task's answers (ARC: submission.json) after evaluation.
-    # Optional: needs_logits = True: add() also gets logits=(b, positions, classes) as float32 numpy
-    # (a classifier's calibration needs its scores, not just the argmax).
+Log = Callable[[str], None]
 
 
 @torch.no_grad()
@@ -47,7 +50,7 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     """Run every batch through all N_sup steps; returns averaged metrics (and the scorer's).
 
     reduce: with several processes (and no scorer), `batches` holds this process's share
-    (data.store.eval_batches) and `reduce` sums the totals over the processes."""
+    (data.stream.eval_batches) and `reduce` sums the totals over the processes."""
     was_training = model.training
     model.eval()
     totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
@@ -55,7 +58,8 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
         part, preds, q_halt, logits = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
         if scorer is not None:  # host copies only for a task that reads them
-            extra = {"logits": logits.float().cpu().numpy()} if getattr(scorer, "needs_logits", False) else {}
+            wants = isinstance(scorer, NeedsLogits) and scorer.needs_logits
+            extra = {"logits": logits.float().cpu().numpy()} if wants else {}
             scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy(), **extra)
     model.train(was_training)
     if reduce is not None:
@@ -72,7 +76,6 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     if blank_id is None:  # a task without blank cells (Maze, ARC): the metric would read 0, not "none"
         del generic["blank_accuracy"]
     return {**generic, **(scorer.result() if scorer is not None else {})}
-
 
 
 def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
@@ -109,3 +112,71 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
 def _accumulate(totals: dict, part: dict) -> None:
     for k, v in part.items():
         totals[k] += v
+
+
+# --------------------------------------------------------------------------- a session's evaluation
+
+
+def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Split | None = None
+             ) -> dict[str, float]:
+    """Evaluate on the test split (or `split`) with the EMA weights (when EMA is on). An allocation
+    that fails halves the evaluation batch (kept for later evaluations) and evaluates again."""
+    split = split or s.data.test
+    if split is None and s.objective is not None:
+        with ema_weights(s.model, s.opts.ema):
+            return s.objective.evaluate(s.model, s.ctx)
+    if split is None:
+        return {}
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    world = s.run.world
+    share = (world.rank, world.size) if world.active and s.scorer is None else (0, 1)  # see _evaluate
+    while True:
+        size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
+        try:
+            return _evaluate(s, eval_batches(split, size, limit, *share), log, split)
+        except (RuntimeError, MemoryError) as err:
+            if not is_out_of_memory(err) or size <= 1 or world.active:  # the other processes would not retry
+                raise
+            s.run.eval_batch = size // 2
+            hardware.trim_heap()
+            log(f"memory: evaluation at {size} slots failed to allocate ({str(err).splitlines()[0][:100]}); "
+                f"evaluating again at {s.run.eval_batch}")
+
+
+def _evaluate(s: Session, batches, log: Log, split: Split) -> dict[str, float]:
+    world = s.run.world
+    with ema_weights(s.model, s.opts.ema):
+        if world.active and s.scorer is not None:  # the task's metrics need every answer in one place
+            result = _evaluate_here(s, batches, log, split) if world.main else None
+            return dist_mod.share_object(result, world)  # the others wait (run.dist_timeout)
+        if world.active:  # each process evaluates its share of the batches; the sums are added
+            return evaluate(s.model, batches, s.ctx, split.meta.blank_id, None, reduce=dist_mod.sum_totals)
+        return _evaluate_here(s, batches, log, split)
+
+
+def _evaluate_here(s: Session, batches, log: Log, split: Split) -> dict[str, float]:
+    scorer = s.scorer(split) if s.scorer is not None else None
+    result = evaluate(s.model, batches, s.ctx, split.meta.blank_id, scorer)
+    if isinstance(scorer, SavesAnswers):  # the task's answers, e.g. an ARC Prize submission
+        log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
+    return result
+
+
+def load_weights(s: Session, run_dir: str | os.PathLike[str]) -> None:
+    """Load a finished run's evaluation weights into the model; EMA is dropped (they already are EMA)."""
+    rundir.load_weights(s.model, run_dir, s.ctx.device)
+    s.opts.ema = None
+
+
+GENERIC_EVAL = ("cell_accuracy", "blank_accuracy", "exact_accuracy", "loss", "act_steps", "samples")
+
+
+def format_eval(evals: dict) -> str:
+    """One line of an evaluation's metrics: the generic ones, then the task's own."""
+    if not evals:
+        return "no test split to evaluate"
+    shown = [f"{k} {evals[k]:.3f}" for k in GENERIC_EVAL[:4] if k in evals]
+    shown += [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in evals.items()
+              if k not in GENERIC_EVAL and "/" not in k]  # the task's own (per-class ones in the summary)
+    steps = f", act_steps {evals['act_steps']:.2f}" if "act_steps" in evals else ""
+    return ", ".join(shown) + steps + f" (n={evals.get('samples', '?')})"

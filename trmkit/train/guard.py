@@ -1,10 +1,10 @@
 """The memory guard: keep a run under its memory budget by resizing micro-batches.
 
 At every step boundary the guard reads the step's peak RSS from the run's
-`PeakMeter` (trmkit/memory.py: sampled every 5 ms plus the kernel's
+`PeakMeter` (trmkit/hardware/memory.py: sampled every 5 ms plus the kernel's
 high-water mark, which is never reset), the resting RSS, and the headroom
 left under the effective limit (system available, cgroup limit, RLIMIT_AS;
-see hardware.py). With freed memory kept in the process (the planner's
+see hardware/memory.py). With freed memory kept in the process (the planner's
 `keep_freed_memory`) the resting RSS stays near the step's peak, so the
 guard predicts the peak at another micro-batch from bytes per slot: the
 plan's estimate, or a measured one when two micro-batches have been seen and
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from trmkit import hardware
-from trmkit.memory import PeakMeter
+from trmkit.hardware.memory import PeakMeter
 
 GiB = 1024**3
 CROWDED = 0.1  # others use more than this share of what we could hold: keep the wider reserve

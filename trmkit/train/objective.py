@@ -1,4 +1,4 @@
-"""The policy shape's seam: a workload that makes its own batches instead of reading a store.
+"""The objective's seam: a workload that makes its own batches instead of reading a store.
 
 A supervised task hands the trainer a store; the trainer samples it (`SampleStream`) and
 minimises the TRM's own loss (`train_step`). An `Objective` (self-play RL, or seeding from
@@ -7,7 +7,8 @@ current model (rollouts, rewards from an executor), back-propagates its loss in 
 `ctx.micro_batch` (which the planner and the memory guard set) and applies the optimizers.
 Everything else is the trainer's, unchanged: the plan, the memory guard, checkpoints and
 exact resume (the objective's `state_dict` goes into each checkpoint as the stream's
-position does), progress, periodic evaluation (`evaluate`), the summary, `report`.
+position does), progress, periodic evaluation (`evaluate`), the summary, `report`. Whoever
+builds an objective closes it when the run ends (`close`: its executor, sandboxes, workers).
 """
 
 from __future__ import annotations
@@ -36,4 +37,8 @@ class Objective(Protocol):
     def state_dict(self) -> dict[str, Any]:
         """JSON: everything needed to continue exactly (random state, baselines, buffers, schedules)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from what `state_dict` returned."""
+
+    def close(self) -> None:
+        """Release what the objective holds outside the process (executors, sandboxes, workers)."""

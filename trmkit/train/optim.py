@@ -8,13 +8,15 @@
   optimizer step are summed per identifier, then only those rows move:
   w <- w * (1 - lr * wd) - lr * sign(g).
 - Linear warm-up, then cosine decay to lr * lr_min_ratio.
-- EMA of the parameters, optionally with a warm-up of its decay.
+- EMA of the parameters, optionally with a warm-up of its decay; `ema_weights` puts the
+  EMA weights in the model for a block (evaluation, saving the run's weights).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -136,3 +138,16 @@ class EMA:
             live = p.detach().clone()
             p.copy_(self.shadow[n])
             self.shadow[n].copy_(live)
+
+
+@contextlib.contextmanager
+def ema_weights(module: torch.nn.Module, ema: EMA | None) -> Iterator[None]:
+    """The EMA weights in `module` for the block when EMA is on; the live ones again after it."""
+    if ema is None:
+        yield
+        return
+    ema.swap(module)
+    try:
+        yield
+    finally:
+        ema.swap(module)

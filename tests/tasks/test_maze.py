@@ -1,0 +1,134 @@
+"""Maze: generator guarantees, importer reports, dihedral augmentation, the valid-path metric."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trmkit.data.store import open_store
+from trmkit.data.stream import Batch
+from trmkit.tasks import maze
+from trmkit.data.imports import ImportReport
+from trmkit.tasks.base import dihedral, dihedral_inverse
+
+
+def _maze(n=15, seed=0, loops=0.1, min_path=None):
+    return maze.generate_maze(n, np.random.default_rng(seed), loops, min_path)
+
+
+@pytest.mark.parametrize("n", [9, 15, 30])
+def test_generated_mazes_have_one_shortest_path_of_the_asked_length(n):
+    rng = np.random.default_rng(n)
+    for _ in range(5):
+        q, a, length = maze.generate_maze(n, rng, loops=0.1, min_path=maze.default_min_path(n))
+        assert length >= maze.default_min_path(n)
+        start, goal = (tuple(np.argwhere(q == t)[0]) for t in (maze.START, maze.GOAL))
+        found, count, path = maze.shortest_paths(q, start, goal)
+        assert (found, count) == (length, 1)
+        assert int((a == maze.PATH).sum()) == length - 1  # every inner cell of the path, S and G excluded
+        assert maze.check_answer(q, a) == length
+
+
+def test_loops_make_cycles_and_hardness_is_honoured():
+    walls_open = [int((maze.carve(15, np.random.default_rng(1), lp) == maze.OPEN).sum()) for lp in (0.0, 0.5)]
+    assert walls_open[1] > walls_open[0]  # opened walls
+    perfect = maze.carve(15, np.random.default_rng(1), 0.0)
+    cells = int((perfect == maze.OPEN).sum())
+    assert cells == 2 * 64 - 1  # a perfect maze on 8x8 cells: 64 cells + 63 passages, a tree
+    with pytest.raises(ValueError, match="lower --min-path"):
+        maze.generate_maze(7, np.random.default_rng(0), 0.0, min_path=100, tries=5)
+
+
+def test_dihedral_transforms_are_distinct_and_invert():
+    q, a, _ = _maze()
+    seen = set()
+    for k in range(8):
+        t = dihedral(a, k)
+        assert np.array_equal(dihedral_inverse(t, k), a)
+        assert maze.check_answer(dihedral(q, k), t) > 0  # still a shortest path after the symmetry
+        seen.add(t.tobytes())
+    assert len(seen) == 8
+
+
+def _write_csv(path, rows):
+    path.write_text("source,question,answer,rating\n" + "".join(f"{r}\n" for r in rows))
+
+
+def test_importer_reads_maze_hard_rows_and_reports_bad_ones_by_line(tmp_path):
+    q, a, length = _maze(n=9, min_path=8)
+    good = f"gen,{maze.render(q)},{maze.render(a)},{length}"
+    wrong_path = a.copy()
+    wrong_path[wrong_path == maze.PATH] = maze.OPEN  # no path marked
+    bad_char = maze.render(q).replace(" ", "x", 1)
+    rows = [good, f"gen,{maze.render(q)},{maze.render(wrong_path)},1", f"gen,{bad_char},{maze.render(a)},1",
+            "gen,###,###,1", good + ",extra"]
+    _write_csv(tmp_path / "m.csv", rows)
+    report = ImportReport(source="m.csv")
+    got = list(maze.read_csv(tmp_path / "m.csv", report))
+    assert len(got) == 1 and got[0].length == length
+    assert report.skipped_by_reason == {"not_shortest": 1, "bad_character": 1, "bad_size": 1, "bad_row": 1}
+    assert any(m.startswith("m.csv:3: not_shortest") for m in report.messages), report.messages
+    assert any(m.startswith("m.csv:6: bad_row") for m in report.messages), report.messages
+
+
+def test_importer_accepts_another_shortest_path_and_refuses_a_longer_one():
+    q = maze.parse("S  " "   " "  G", allow_path=False)
+    via_top = maze.parse("Soo" "  o" "  G", allow_path=True)
+    via_left = maze.parse("S  " "o  " "ooG", allow_path=True)
+    detour = maze.parse("Soo" " oo" "  G", allow_path=True)
+    assert maze.check_answer(q, via_top) == maze.check_answer(q, via_left) == 4
+    with pytest.raises(maze.MazeError, match="not_shortest"):
+        maze.check_answer(q, detour)
+
+
+def test_build_store_and_eval_only_store(tmp_path):
+    out = maze.build("generate", tmp_path / "m", size=11, num=12, test_fraction=0.25, aug=3, seed=2,
+                     log=lambda m: None)
+    splits = open_store(tmp_path / "m")
+    assert splits["train"].meta.task == "maze" and splits["train"].meta.seq_len == 121
+    assert len(splits["train"]) == 9 * 4 and splits["train"].num_groups == 9 and len(splits["test"]) == 3
+    assert out["counts"] == {"test": 3, "train": 36}
+    maze.build("generate", tmp_path / "e", size=11, num=5, test_fraction=1, seed=3, log=lambda m: None)
+    assert sorted(open_store(tmp_path / "e")) == ["test"]
+
+
+def test_scorer_counts_another_shortest_path_as_valid_not_exact(tmp_path):
+    q = maze.parse("S  " "   " "  G", allow_path=False)
+    label = maze.parse("Soo" "  o" "  G", allow_path=True)
+    other = maze.parse("S  " "o  " "ooG", allow_path=True)
+    wrong = maze.parse("So " "   " "  G", allow_path=True)
+
+    class Split:  # only what the scorer reads
+        class meta:
+            seq_len = 9
+
+    scorer = maze.MazeScorer(Split)
+    batch = Batch(inputs=np.stack([q.ravel()] * 3), labels=np.stack([label.ravel()] * 3),
+                  puzzle_ids=np.zeros(3, np.int64))
+    scorer.add(batch, np.stack([label.ravel(), other.ravel(), wrong.ravel()]), np.zeros(3))
+    assert scorer.result() == {"valid_path_accuracy": 2 / 3, "other_shortest_paths": 1}
+
+
+def test_cli_builds_a_maze_store(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--size", "9", "--num", "6",
+                           "--min-path", "6", "--out", str(tmp_path / "d")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "d" / "train" / "meta.json").read_text())
+    assert meta["task"] == "maze" and meta["build"]["min_path"] == 6
+    bad = subprocess.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--source", str(tmp_path / "no.csv"),
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "maze file not found" in bad.stderr
+
+
+def test_a_curriculum_makes_half_the_training_mazes_shorter_and_leaves_the_test_mazes_hard(tmp_path):
+    out = maze.build("generate", tmp_path / "c", size=11, num=40, min_path=16, train_min_path=2,
+                     test_fraction=0.25, seed=1, log=lambda m: None)
+    assert out["train_min_path"] == 2
+    splits = open_store(tmp_path / "c")
+    lengths = {name: (np.asarray(s.labels) == maze.PATH).sum(axis=1) + 1 for name, s in splits.items()}
+    assert lengths["test"].min() >= 16  # held-out mazes keep the hardness
+    assert (lengths["train"] < 16).sum() >= 5 and (lengths["train"] >= 16).sum() >= 5
+    with pytest.raises(ValueError, match="--train-min-path"):
+        maze.build("generate", tmp_path / "x", size=11, num=4, min_path=16, train_min_path=20, log=lambda m: None)

@@ -1,0 +1,235 @@
+"""The e-mail task: a mailbox in, a classify store out (docs/email.md), and the `Task` that declares it.
+
+`trmkit data email --source PATH --out DIR` reads real mail (a folder of .eml files sorted
+into sub-folders, a Maildir, mbox or mbox.gz, CSV, JSONL), maps labels (--label-from,
+--label-map), removes exact and near duplicates before the split (so no duplicate crosses
+train/val/test), splits stratified (or by date), trains the tokenizer on the training split
+only, and writes a store of the classify shape (docs/tasks.md):
+
+    inputs (N, L)  token ids: <cls> <subject> ... <from> ... <body> ... [<tail> ...] <pad>...
+    labels (N, L)  the class id at position 0, ignore_label_id (= the number of classes) elsewhere
+    train/ val/ test/  val picks the best checkpoint and fits the calibration; test is reported
+    sidecars: train/tokenizer.json, */messages.json (where each row came from, and its text for
+              `trmkit email baseline`), train/dataset_report.json
+
+The task's scorer is the generic classify scorer (tasks/classify.py); its plots (confusion
+matrix, reliability diagram: plots.py) are what `trmkit report` adds for an e-mail run.
+
+Nothing is dropped silently: every message that could not be read, had no label, or was a
+duplicate is counted in the report printed before training and kept in meta.json's "build".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trmkit.data.imports import ImportReport
+from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.email.mail import Message
+from trmkit.email.tokenizer import TOKENIZER_FILE
+from trmkit.tasks.base import Log, Task
+
+NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
+MAX_BODY_CHARS = 20_000  # kept per message at build time: the tokenizer reads the first ~8 * seq_len chars
+SPLITS = ("train", "val", "test")
+MESSAGES_FILE = "messages.json"  # sidecar of every split: message_record per row
+DATASET_REPORT_FILE = "dataset_report.json"  # sidecar of train/: dataset_report
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from trmkit.email.mail.mailbox import FORMATS
+
+    p.add_argument("--source", required=True, help="a mailbox: .eml folder(s), Maildir, mbox(.gz), CSV or JSONL")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="source format (auto: detected)")
+    p.add_argument("--label-from", default="folder",
+                   help="folder | gmail (X-Gmail-Labels) | header:NAME | column:NAME (default: folder; "
+                        "for CSV/JSONL the label column)")
+    p.add_argument("--label-map", default=None,
+                   help="YAML mapping raw labels/headers onto categories, e.g. configs/email-taxonomy.yaml")
+    p.add_argument("--text-column", default=None, help="CSV/JSONL: the message text column")
+    p.add_argument("--label-column", default=None, help="CSV/JSONL: the label column")
+    p.add_argument("--encoding", default=None, help="CSV/JSONL: the file's encoding (default UTF-8, BOM or not)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per message (subject, sender, body)")
+    p.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary, trained on train only")
+    p.add_argument("--tail", type=int, default=0, help="tokens of the body's end kept after <tail> when cut")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share for validation (best, calibration)")
+    p.add_argument("--split", default="stratified", choices=("stratified", "time"),
+                   help="stratified by class with --seed, or by the Date header (oldest train, newest test)")
+    p.add_argument("--near-duplicates", type=float, default=0.9,
+                   help="Jaccard similarity above which two messages are one (0: exact duplicates only)")
+    p.add_argument("--max-message-bytes", type=int, default=None, help="larger messages are truncated")
+    p.set_defaults(test_fraction=0.2)
+
+
+def run_build(args: argparse.Namespace, log: Log = print) -> Path:
+    """Read, label, de-duplicate, split, tokenize and write the store."""
+    check_output_dir(args.out)
+    t0 = time.perf_counter()
+    report = ImportReport(source=str(args.source), unit="messages")
+    messages = read_labelled(args, report, log)
+    report.seconds = time.perf_counter() - t0
+    for line in report.summary_lines():
+        log(line)
+    if not messages:
+        raise ValueError(f"{args.source}: no labelled message was read ({report.skipped} skipped); "
+                         "check --format and --label-from (the skipped reasons are above)")
+    kept, dedup = remove_duplicates(messages, args.near_duplicates, args.seed)
+    classes = sorted({m.label for m in kept})
+    rows = split_messages(kept, args, log)
+    tok = train_tokenizer(args, [kept[i] for i in rows["train"]], log)
+    splits, extras = encode_splits(kept, rows, classes, tok, args)
+    data_report = dataset_report(kept, messages, rows, dedup, splits, args)
+    for line in data_report["lines"]:
+        log(line)
+    meta = store_meta(args, tok, classes, report, data_report)
+    extras["train"][TOKENIZER_FILE] = json.loads(tok.to_json())
+    extras["train"][DATASET_REPORT_FILE] = data_report
+    write_store(args.out, splits, meta, extras=extras)
+    log(f"wrote {args.out}: " + ", ".join(f"{k} {len(rows[k])}" for k in SPLITS)
+        + f" messages, {len(classes)} classes ({', '.join(classes)}), seq_len {args.seq_len}, "
+          f"vocabulary {tok.vocab_size}")
+    return Path(args.out)
+
+
+def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> list[Message]:
+    """Every readable message with a (mapped) label; the rest counted in the report."""
+    from trmkit.email import labels as labels_mod
+    from trmkit.email.mail.mailbox import iter_messages
+
+    label_map = labels_mod.load_label_map(args.label_map) if args.label_map else None
+    if label_map is not None:
+        log(f"labels: {args.label_map} maps raw labels onto {', '.join(label_map.categories)}")
+    kwargs: dict[str, Any] = dict(text_column=args.text_column, label_column=args.label_column,
+                                  encoding=args.encoding)
+    if args.max_message_bytes:
+        kwargs["max_bytes"] = args.max_message_bytes
+    out = []
+    for msg in iter_messages(args.source, args.format, args.label_from, report, **kwargs):
+        label = labels_mod.apply(label_map, msg) if label_map is not None else msg.label
+        if not label:
+            reason = "label not mapped" if label_map is not None and msg.label else "no label"
+            report.skip(msg.where, reason, f"raw label {msg.label!r} (--label-from {args.label_from}"
+                        + (f", --label-map {args.label_map})" if label_map is not None else ")"))
+            report.accepted -= 1
+            continue
+        msg.label = label
+        if len(msg.body) > MAX_BODY_CHARS:
+            msg.body = msg.body[:MAX_BODY_CHARS // 2] + "\n" + msg.body[-MAX_BODY_CHARS // 2:]
+        out.append(msg)
+    return out
+
+
+def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[list[Message], Any]:
+    from trmkit.email.dedup import deduplicate
+    from trmkit.email.prepare import message_text
+
+    texts = [message_text(m) for m in messages]
+    dedup = deduplicate(texts, [m.label for m in messages], near_threshold=near if near > 0 else 1.01, seed=seed)
+    return [messages[i] for i in dedup.keep], dedup
+
+
+def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> dict[str, np.ndarray]:
+    from trmkit.email.prepare import split
+
+    train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
+                             dates=[m.date for m in kept], by=args.split)
+    log(f"split: {args.split} (seed {args.seed}): train {len(train)}, val {len(val)}, test {len(test)}")
+    return {"train": train, "val": val, "test": test}
+
+
+def train_tokenizer(args: argparse.Namespace, train: list[Message], log: Log):
+    from trmkit.email.prepare import message_text
+    from trmkit.email.tokenizer import EmailTokenizer
+
+    t0 = time.perf_counter()
+    tok = EmailTokenizer.train((message_text(m) for m in train), vocab_size=args.vocab_size)
+    log(f"tokenizer: byte-level BPE, {tok.vocab_size} tokens, trained on the {len(train)} training messages "
+        f"only ({time.perf_counter() - t0:.1f} s)")
+    return tok
+
+
+def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: list[str], tok,
+                  args: argparse.Namespace) -> tuple[dict[str, SplitArrays], dict[str, dict]]:
+    index = {c: i for i, c in enumerate(classes)}
+    ignore = len(classes)
+    splits, extras = {}, {}
+    for name in SPLITS:
+        msgs = [kept[i] for i in rows[name]]
+        if not msgs:
+            continue
+        inputs = tok.encode_batch([(m.subject, m.sender, m.body) for m in msgs], args.seq_len, args.tail)
+        labels = np.full(inputs.shape, ignore, dtype=np.int64)
+        labels[:, 0] = [index[m.label] for m in msgs]
+        n = len(msgs)
+        splits[name] = SplitArrays(inputs=inputs, labels=labels, puzzle_identifiers=np.zeros(n, dtype=np.int64),
+                                   puzzle_indices=np.arange(n + 1), group_indices=np.arange(n + 1))
+        extras[name] = {MESSAGES_FILE: [message_record(m) for m in msgs]}
+    return splits, extras
+
+
+def message_record(m: Message) -> dict:
+    """Where a row came from, and the text the baseline reads (the same fields the TRM sees)."""
+    return {"where": m.where, "message_id": m.message_id, "label": m.label, "date": m.date,
+            "subject": m.subject, "sender": m.sender, "body": m.body}
+
+
+def dataset_report(kept, messages, rows, dedup, splits, args) -> dict:
+    from trmkit.email.prepare import dataset_report as build_report
+    from trmkit.email.prepare import detect_language, message_text, report_lines
+
+    languages = [detect_language(message_text(m)) for m in kept]
+    data = build_report(messages=kept, labels=[m.label for m in kept], rows=rows, dedup=dedup,
+                        languages=languages, total_read=len(messages), split_by=args.split, seed=args.seed,
+                        token_lengths={k: (np.asarray(v.inputs) != 0).sum(1) for k, v in splits.items()})
+    data["lines"] = report_lines(data)
+    return data
+
+
+def store_meta(args, tok, classes, report: ImportReport, data_report: dict) -> dict:
+    return {
+        "task": NAME,
+        "vocab": tok.vocab(),
+        "pad_id": tok.pad_id,
+        "ignore_label_id": len(classes),
+        "blank_id": None,
+        "num_puzzle_identifiers": 1,
+        "classes": classes,
+        "source": str(args.source),
+        "build": {"import": report.to_dict(), "seq_len": args.seq_len, "tail": args.tail,
+                  "label_from": args.label_from, "label_map": args.label_map, "split": args.split,
+                  "seed": args.seed, "val_fraction": args.val_fraction, "test_fraction": args.test_fraction,
+                  "near_duplicates": args.near_duplicates,
+                  "dataset": {k: v for k, v in data_report.items() if k != "lines"}},
+    }
+
+
+def scorer(split):
+    """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify.py)."""
+    from trmkit.tasks.classify import ClassifyScorer
+
+    return ClassifyScorer(split, list(split.meta.classes))
+
+
+def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
+    """The confusion matrix, reliability diagram and Markdown section of an e-mail run (plots.py)."""
+    from trmkit.email.plots import classification_plots  # here: listing the tasks must stay light (no torch)
+
+    return classification_plots(run_dir, out_dir)
+
+
+TASK = Task(
+    name=NAME,
+    shape="classify",
+    summary="e-mail classification: .eml folders, Maildir, mbox(.gz), CSV, JSONL -> categories",
+    add_arguments=add_arguments,
+    build=run_build,
+    scorer=scorer,
+    plots=plots,
+    presets={"laptop": "configs/email-laptop.yaml"},
+)

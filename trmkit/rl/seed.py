@@ -1,0 +1,129 @@
+"""`SeedObjective`: supervised trajectory seeding from executor traces.
+
+Each step draws generated tasks, has the executor trace them (the list after every statement
+is the think part, the result the answer), and minimises -log pi(trace | task) - alpha * log
+pi(answer | task, trace). The proposer is seeded on generated tasks and the critique on right
+and corrupted solver responses, so that self-play starts from well-formed outputs in every role.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from trmkit.config import TrainConfig
+from trmkit.model.trm import TRM
+from trmkit.rl import programs as P
+from trmkit.rl.chunks import Group, chunked_backward
+from trmkit.rl.objective import CodeObjective
+from trmkit.rl.policy import encode
+from trmkit.train.step import Optimizers, StepContext, apply_updates, set_learning_rates
+
+
+class SeedObjective(CodeObjective):
+    """Supervised trajectory seeding from executor traces (see the module docstring)."""
+
+    name = "seed"
+
+    def step(self, model: TRM, opts: Optimizers, cfg: TrainConfig, ctx: StepContext,
+             on_oom=None) -> dict[str, float]:
+        t0 = time.perf_counter()
+        set_learning_rates(opts, self.steps, cfg)
+        examples = self.examples(cfg.batch_size)
+        groups = self.groups(examples, ctx.device)
+        model.train()
+        stats = chunked_backward(model, groups, ctx, self.cfg.rl.log_ratio_clip, on_oom)
+        apply_updates(model, opts)
+        self.steps += 1
+        dt = time.perf_counter() - t0
+        self.seconds += dt
+        metrics = {"train/loss": float(torch.cat([s["loss"] for s in stats.values()]).mean()),
+                   "train/lr": float(opts.dense.param_groups[0]["lr"]), "perf/samples": float(len(examples))}
+        for key, s in stats.items():
+            metrics[f"seed/loss/{key}"] = float(s["loss"].mean())
+        metrics["perf/update_tokens_per_s"] = sum(g.inputs.numel() for g in groups) / dt
+        metrics["cache/hit_rate"] = self.executor.cache.hit_rate
+        return metrics
+
+    def examples(self, n: int) -> list[tuple[str, str, list[int], list[int], list[float]]]:
+        """(role, kind, prompt row, target response, weights) for n generated examples."""
+        rl = self.cfg.rl
+        shares = [rl.seed_share_solve, rl.seed_share_propose, rl.seed_share_critique]
+        if sum(shares) <= 0:
+            shares = [1.0, 0.0, 0.0]
+        out = []
+        for _ in range(n):
+            role = self.rng.choices(("solve", "propose", "critique"), weights=shares)[0]
+            kind = P.TYPES[self.rng.randrange(len(P.TYPES))]
+            out.append(getattr(self, f"_{role}_example")(kind))
+        return out
+
+    def _solution(self, task: P.CodeTask) -> tuple[list[int], tuple[int, ...] | tuple]:
+        """The executor's trace and the answer: for abduction the input that gave the output, for
+        induction the program; the trace is the program run on the (first) input."""
+        trace = self.executor.traces([(task.program, task.inputs[0])])[0]
+        answer = task.program if task.kind == "induction" else (
+            task.inputs[0] if task.kind == "abduction" else task.outputs[0])
+        return P.solve_tokens(list(trace), P.answer_tokens(task, answer)), answer
+
+    def _weights(self, response: list[int], role: str, kind: str) -> list[float]:
+        lay = P.layout(role, kind)
+        w = [1.0] * lay.response
+        if role == "solve":
+            start = response.index(P.TOKEN["<answer>"])
+            end = response.index(P.TOKEN["</answer>"])
+            for j in range(start + 1, end):
+                w[j] += self.cfg.rl.seed_answer_weight
+        return w
+
+    def _solve_example(self, kind: str):
+        task = self.fresh_task(kind)
+        resp, _ = self._solution(task)
+        return ("solve", kind, P.prompt("solve", kind, P.task_tokens(task)),
+                P.check_response(resp, "solve", kind), self._weights(resp, "solve", kind))
+
+    def _propose_example(self, kind: str):
+        ref, task = self.fresh_task(kind), self.fresh_task(kind)
+        resp = P.proposal_tokens(task)
+        return ("propose", kind, P.prompt("propose", kind, P.task_tokens(ref)),
+                P.check_response(resp, "propose", kind), self._weights(resp, "propose", kind))
+
+    def _critique_example(self, kind: str):
+        """A right solver response, or one with its answer corrupted; the verdict is the executor's,
+        the score the task's number of statements (how much it asks of the solver)."""
+        task = self.fresh_task(kind)
+        resp, answer = self._solution(task)
+        if self.rng.random() < 0.5:
+            answer = self._corrupt(task, answer)
+            trace = P.parse_solve(resp, task.kind).trace[:len(task.program)]
+            resp = P.solve_tokens(list(trace), P.answer_tokens(task, answer))
+        verdict = self.executor.check([(task, answer)])[0]
+        target = P.critique_tokens(verdict, min(P.MAX_SCORE, len(task.program)))
+        row = P.prompt("critique", kind, P.task_tokens(task) + resp)
+        return ("critique", kind, row, P.check_response(target, "critique", kind),
+                self._weights(target, "critique", kind))
+
+    def _corrupt(self, task: P.CodeTask, answer):
+        values = list(answer)
+        i = self.rng.randrange(len(values)) if values else 0
+        if task.kind == "induction":
+            values[i] = self.rng.randrange(len(P.STATEMENTS))
+        elif values:
+            values[i] = (values[i] + self.rng.randint(1, 9)) % 10
+        else:
+            values = [self.rng.randrange(10)]
+        return tuple(values)
+
+    def groups(self, examples, device) -> list[Group]:
+        out = []
+        for role in P.ROLES:
+            for kind in P.TYPES:
+                sel = [e for e in examples if e[0] == role and e[1] == kind]
+                if not sel:
+                    continue
+                out.append(Group(role, kind, encode([e[2] for e in sel], len(P.VOCAB), device),
+                                 torch.tensor([e[3] for e in sel], dtype=torch.int64, device=device),
+                                 scale=1.0 / len(examples),
+                                 weights=torch.tensor([e[4] for e in sel], dtype=torch.float32, device=device)))
+        return out

@@ -1,0 +1,87 @@
+"""Every file name of a run directory, and the one way to load a run's weights.
+
+A run directory (`run.dir`) holds:
+
+    config.yaml          the resolved config (YAML -> overrides -> store -> planner)
+    plan.json            the planner's choices, each with its reason
+    data_meta.json       the training store's task, vocabulary and shape (eval checks a store against it)
+    metrics.jsonl        one line per logged step and evaluation
+    summary.json         the run's summary, written last
+    weights.safetensors  the evaluation weights (EMA when on), written at the end
+    checkpoints/         step-XXXXXXXX/{tensors.safetensors, meta.json}, best.json (train/checkpoint/)
+    report/              `trmkit report`: report.md and PNG plots
+    tensorboard/         TensorBoard event files (when tensorboard is installed)
+    classification.json, classification-val.json, calibration.json   a classifier's answers and calibration
+    submission.json      an ARC run's answers in the ARC Prize format
+
+Nothing else in trmkit spells these names: it imports them from here. The module sits at
+the bottom of the house (beside config and files) so that the monitor, the tasks, the
+trainer and the applications can all name the same files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trmkit.config import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where weights are loaded: naming a file must not load torch
+    import torch
+
+CONFIG = "config.yaml"
+PLAN = "plan.json"
+DATA_META = "data_meta.json"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+WEIGHTS = "weights.safetensors"
+CHECKPOINTS = "checkpoints"
+REPORT = "report"
+REPORT_MD = "report.md"
+TENSORBOARD = "tensorboard"  # event files, when the tensorboard package is installed
+CLASSIFICATION = "classification.json"  # a classifier's test answers (tasks/classify.py)
+CLASSIFICATION_VAL = "classification-val.json"  # the same on the validation split (calibration is fitted on it)
+CALIBRATION = "calibration.json"  # the temperature fitted on validation answers
+SUBMISSION = "submission.json"  # an ARC run's answers
+
+# inside checkpoints/
+CHECKPOINT_TENSORS = "tensors.safetensors"
+CHECKPOINT_META = "meta.json"
+BEST = "best.json"
+
+MARKERS = (SUMMARY, CONFIG, METRICS)  # any of them makes a folder a run directory (`trmkit runs`)
+
+
+def path(run_dir: str | os.PathLike[str], name: str) -> Path:
+    """RUN_DIR/name for one of this module's names."""
+    return Path(run_dir) / name
+
+
+def is_run_dir(folder: str | os.PathLike[str]) -> bool:
+    return any((Path(folder) / name).is_file() for name in MARKERS)
+
+
+def weights_file(source: str | os.PathLike[str]) -> Path:
+    """The weights of a run directory, or `source` itself when it is a .safetensors file."""
+    source = Path(source)
+    return source if source.suffix == ".safetensors" else source / WEIGHTS
+
+
+def load_weights(model: "torch.nn.Module", source: str | os.PathLike[str], device: "str | torch.device" = "cpu",
+                 what: str = "train this run to the end first (`trmkit train`)") -> Path:
+    """Load a run's evaluation weights (or a .safetensors file) into `model`; the file read.
+
+    Missing or unexpected keys are an error that names them: a file written for another model
+    shape never loads half-way."""
+    from safetensors.torch import load_file
+
+    file = weights_file(source)
+    if not file.is_file():
+        raise ConfigError(f"{file} not found: {what}")
+    tensors = load_file(str(file), device=str(device))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise ConfigError(f"{file} does not fit this model: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]} (was it written for another config?)")
+    return file

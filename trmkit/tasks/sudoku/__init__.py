@@ -1,0 +1,11 @@
+"""Sudoku: 9 x 9 puzzles, from generated grids, plain-text collections or Sudoku-Extreme CSV.
+
+solver.py    digit grids, the constraint-propagation solver (solve, count, hardness), tokens
+generate.py  the puzzle generator and the symmetry augmentation
+build.py     readers of text/CSV collections and the store builder (`build_sudoku`)
+task.py      the task: `trmkit data sudoku` arguments, the learning-curve set, TASK
+"""
+
+from trmkit.tasks.sudoku.task import TASK, LearnSet
+
+__all__ = ["TASK", "LearnSet"]

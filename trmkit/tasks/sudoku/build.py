@@ -1,0 +1,333 @@
+"""Reading Sudoku collections and building a Sudoku store (``trmkit data sudoku``).
+
+Departures from the TRM reference data pipeline, and why:
+- Plain-text puzzle collections (no solutions) are accepted; they are
+  solved and checked for uniqueness here.
+- Every puzzle is checked (valid answer, exactly one solution); bad lines
+  are counted and reported with file:line, never dropped silently.
+- The test split is drawn from the source by ``test_fraction`` instead of
+  a separate file, and is never augmented (as in the reference).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from trmkit.data.imports import ImportReport, split_rows
+from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.tasks.sudoku.generate import augment, generate_pairs, parse_givens
+from trmkit.tasks.sudoku.solver import (BLANK_ID, PAD_ID, SIZE, VOCAB, PuzzleError, SudokuPair, check_solution,
+                                        parse_grid, search, to_tokens)
+
+Log = Callable[[str], None]
+
+
+# ---------------------------------------------------------------- importers
+
+
+def check_pair(question: str, answer: str | None, origin: str, require_unique: bool = True) -> SudokuPair:
+    """Parse and verify one puzzle (and its answer, if given); raise PuzzleError if unusable.
+
+    With ``require_unique`` the solver proves exactly one solution and a
+    given answer must be it. Without it, a valid given answer is trusted
+    and the solver is skipped; a puzzle without an answer gets the first
+    solution the solver finds.
+    """
+    puzzle = parse_grid(question)
+    given = None if answer is None else _parse_answer(answer)
+    guesses = None
+    if require_unique or given is None:
+        result = search(puzzle, limit=2 if require_unique else 1)
+        if not result.solutions:
+            raise PuzzleError("no_solution", "the puzzle has no solution")
+        if result.num_solutions > 1:
+            raise PuzzleError("multiple_solutions", "the puzzle has more than one solution")
+        solution, guesses = result.solutions[0], result.guesses
+    if given is not None:
+        problem = check_solution(puzzle, given)
+        if problem:
+            raise PuzzleError("answer_mismatch", f"the answer does not solve the question: {problem}")
+        solution = given
+    return SudokuPair(puzzle, solution, origin, guesses)
+
+
+def _parse_answer(answer: str) -> np.ndarray:
+    try:
+        return parse_grid(answer, allow_blanks=False)
+    except PuzzleError as e:
+        raise PuzzleError("answer_mismatch", f"answer: {e.detail}") from None
+
+
+def read_text(
+    path: str | Path, report: ImportReport, limit: int | None = None, require_unique: bool = True
+) -> Iterator[SudokuPair]:
+    """Stream a plain-text collection: one 81-character puzzle per line.
+
+    '.' or '0' mark blanks; '#' comment lines and blank lines are ignored.
+    Puzzles are solved here. Stops after ``limit`` accepted puzzles.
+    """
+    path = Path(path)
+    with _open_source(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            if limit is not None and report.accepted >= limit:
+                return
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            pair = _checked(report, line, None, f"{path.name}:{lineno}", require_unique)
+            if pair is not None:
+                yield pair
+
+
+def _checked(
+    report: ImportReport, question: str, answer: str | None, where: str, require_unique: bool
+) -> SudokuPair | None:
+    """check_pair, with the outcome counted in ``report``."""
+    start = time.perf_counter()
+    report.lines += 1
+    try:
+        pair = check_pair(question, answer, where, require_unique)
+    except PuzzleError as e:
+        report.skip(where, e.reason, e.detail)
+        pair = None
+    else:
+        report.accepted += 1
+    report.seconds += time.perf_counter() - start
+    return pair
+
+
+def _open_source(path: Path) -> io.TextIOWrapper:
+    if not path.is_file():
+        raise FileNotFoundError(f"puzzle file not found: {path}")
+    # Undecodable bytes become U+FFFD and are reported as bad characters.
+    return open(path, encoding="utf-8-sig", errors="replace", newline="")
+
+
+def read_csv(
+    path: str | Path, report: ImportReport, limit: int | None = None, require_unique: bool = True
+) -> Iterator[SudokuPair]:
+    """Stream a Sudoku-Extreme style CSV (header ``source,question,answer,rating``).
+
+    Only the ``question`` and ``answer`` columns are used; each answer must
+    solve its question. Stops after ``limit`` accepted puzzles.
+    """
+    path = Path(path)
+    with _open_source(path) as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        columns = [h.strip().lower() for h in header]
+        if "question" not in columns or "answer" not in columns:
+            raise ValueError(
+                f"{path.name}:1: CSV header must name 'question' and 'answer' columns "
+                f"(e.g. source,question,answer,rating), got {header}"
+            )
+        q, a = columns.index("question"), columns.index("answer")
+        for row in reader:
+            if limit is not None and report.accepted >= limit:
+                return
+            where = f"{path.name}:{reader.line_num}"
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                report.lines += 1
+                report.skip(where, "bad_row", f"expected {len(header)} fields, got {len(row)}")
+                continue
+            pair = _checked(report, row[q].strip(), row[a].strip(), where, require_unique)
+            if pair is not None:
+                yield pair
+
+
+def read_puzzles(
+    path: str | Path, report: ImportReport, limit: int | None = None, require_unique: bool = True
+) -> Iterator[SudokuPair]:
+    """Read a ``.csv`` (Sudoku-Extreme style) or a plain-text collection."""
+    reader = read_csv if Path(path).suffix.lower() == ".csv" else read_text
+    return reader(path, report, limit, require_unique)
+
+
+# ---------------------------------------------------------------- builder
+
+
+@dataclass
+class BuildReport:
+    """What :func:`build_sudoku` read, skipped and wrote."""
+
+    out_dir: Path
+    source: str
+    read: ImportReport
+    train_groups: int
+    train_examples: int
+    test_groups: int
+    test_examples: int
+    seconds: float
+
+    def summary_lines(self) -> list[str]:
+        return [
+            *self.read.summary_lines(),
+            f"wrote {self.out_dir}: train {self.train_examples} examples in {self.train_groups} groups, "
+            f"test {self.test_examples} examples ({self.seconds:.1f} s)",
+        ]
+
+    def format(self) -> str:
+        """The summary as one string (what build_sudoku already sent to ``log``)."""
+        return "\n".join(self.summary_lines())
+
+
+def build_sudoku(
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    test_fraction: float = 0.1,
+    aug: int = 0,
+    limit: int | None = None,
+    num_generate: int = 1000,
+    givens: str | int | Sequence[int] = "24-26",
+    min_guesses: int = 0,
+    max_guesses: int | None = None,
+    seed: int = 0,
+    require_unique: bool = True,
+    log: Log = print,
+) -> BuildReport:
+    """Build a Sudoku store at ``out_dir`` (``train/`` and ``test/``).
+
+    ``source`` is ``"generate"`` or a puzzle file (``.csv`` Sudoku-Extreme
+    style, anything else plain text). ``limit`` caps the puzzles kept. A
+    random ``test_fraction`` of them forms the test split; each training
+    puzzle becomes a group with ``aug`` extra augmented copies.
+    """
+    start = time.perf_counter()  # the source "generate" means generate; any other string is a path
+    _check_build_args(test_fraction, aug, limit, num_generate, seed)
+    check_output_dir(out_dir)
+    report, pairs = _open_source_pairs(
+        source, limit, num_generate, givens, seed, min_guesses, max_guesses, require_unique
+    )
+    puzzles, solutions = _collect(pairs, report, log)  # (n, 81) each
+    for line in report.summary_lines():
+        log(line)
+    if len(puzzles) == 0:
+        _refuse_empty(report)
+    test_rows, train_rows = split_rows(len(puzzles), test_fraction, seed)
+    splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
+    if len(train_rows):  # test_fraction 1: a store for evaluation only
+        splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
+    settings = {
+        "source": report.source, "test_fraction": test_fraction, "aug": aug, "limit": limit,
+        "num_generate": num_generate if str(source) == "generate" else None,
+        "givens": list(parse_givens(givens)) if str(source) == "generate" else None,
+        "min_guesses": min_guesses, "max_guesses": max_guesses, "seed": seed, "require_unique": require_unique,
+    }
+    write_store(out_dir, splits, _store_meta(report, settings, splits))
+    built = BuildReport(
+        Path(out_dir), report.source, report, len(train_rows), len(splits["train"].inputs) if len(train_rows) else 0,
+        len(test_rows), len(splits["test"].inputs), time.perf_counter() - start,
+    )
+    log(built.summary_lines()[-1])
+    return built
+
+
+def _refuse_empty(report: ImportReport) -> None:
+    """No puzzle was kept: say why, and how to keep puzzles with several solutions."""
+    hint = (" (every skipped puzzle has several solutions: pass --allow-multiple to label each "
+            "with the first solution found)" if set(report.skipped_by_reason) == {"multiple_solutions"} else "")
+    raise ValueError(f"{report.source}: no usable puzzles ({report.skipped} skipped); nothing written{hint}")
+
+
+def _check_build_args(test_fraction: float, aug: int, limit: int | None, num_generate: int, seed: int) -> None:
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1] (1: every puzzle in test, for evaluation only), "
+                         f"got {test_fraction}")
+    if aug < 0:
+        raise ValueError(f"aug must be >= 0, got {aug}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 (or None for no limit), got {limit}")
+    if num_generate < 1:
+        raise ValueError(f"num_generate must be >= 1, got {num_generate}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+
+
+def _open_source_pairs(
+    source: str | Path, limit: int | None, num_generate: int, givens: str | int | Sequence[int],
+    seed: int, min_guesses: int, max_guesses: int | None, require_unique: bool,
+) -> tuple[ImportReport, Iterator[SudokuPair]]:
+    """The report to fill and the (lazy) stream of pairs for a build."""
+    if str(source) == "generate":
+        count = num_generate if limit is None else min(num_generate, limit)
+        report = ImportReport(source="generate", unit="puzzles")
+        return report, generate_pairs(count, givens, seed, min_guesses, max_guesses, report)
+    path = Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"puzzle file not found: {path} (give a file path or 'generate')")
+    report = ImportReport(source=str(path), unit="puzzles")
+    return report, read_puzzles(path, report, limit, require_unique)
+
+
+def _collect(
+    pairs: Iterator[SudokuPair], report: ImportReport, log: Log, every_s: float = 10.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drain the pair stream into (n, 81) puzzle and solution arrays, logging progress."""
+    puzzles: list[np.ndarray] = []
+    solutions: list[np.ndarray] = []
+    next_log = time.perf_counter() + every_s
+    for pair in pairs:
+        puzzles.append(pair.puzzle)
+        solutions.append(pair.solution)
+        if time.perf_counter() >= next_log:
+            log(f"  {report.accepted} puzzles kept, {report.skipped} skipped so far ...")
+            next_log += every_s
+    if not puzzles:
+        empty = np.zeros((0, SIZE), dtype=np.uint8)
+        return empty, empty.copy()
+    return np.stack(puzzles), np.stack(solutions)
+
+
+def _split_arrays(puzzles: np.ndarray, solutions: np.ndarray, aug: int, seed: int) -> SplitArrays:
+    """Each puzzle is a group of itself plus ``aug`` augmented copies (one example each)."""
+    n, per = len(puzzles), aug + 1
+    inputs = np.empty((n * per, SIZE), dtype=np.uint8)  # (P, 81) digits
+    labels = np.empty((n * per, SIZE), dtype=np.uint8)  # (P, 81) digits
+    rng = np.random.default_rng([seed, 2])
+    for g in range(n):
+        inputs[g * per], labels[g * per] = puzzles[g], solutions[g]
+        if aug:
+            block = slice(g * per + 1, (g + 1) * per)
+            inputs[block], labels[block] = augment(puzzles[g], solutions[g], aug, rng)
+    return SplitArrays(
+        inputs=to_tokens(inputs),
+        labels=to_tokens(labels),
+        puzzle_identifiers=np.zeros(n * per, dtype=np.uint8),
+        puzzle_indices=np.arange(n * per + 1),
+        group_indices=np.arange(0, n * per + 1, per),
+    )
+
+
+def _store_meta(report: ImportReport, settings: dict[str, Any], splits: dict[str, SplitArrays]) -> dict[str, Any]:
+    counts = {"read": report.lines, "accepted": report.accepted}
+    for name, arrays in splits.items():
+        counts[f"{name}_groups"] = len(arrays.group_indices) - 1
+        counts[f"{name}_examples"] = len(arrays.inputs)
+    return {
+        "task": "sudoku",
+        "vocab": list(VOCAB),
+        "pad_id": PAD_ID,
+        "ignore_label_id": PAD_ID,
+        "blank_id": BLANK_ID,
+        "num_puzzle_identifiers": 1,
+        "source": report.source,
+        "build": {
+            **settings,
+            "counts": counts,
+            "skipped": report.skipped,
+            "skipped_by_reason": dict(report.skipped_by_reason),
+            "skipped_examples": list(report.messages),
+        },
+    }

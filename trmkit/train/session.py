@@ -1,0 +1,329 @@
+"""One training session: what it is made of, and `prepare`, which builds it from one Config.
+
+`prepare` resolves the config against the data store and the machine once (`resolve_config`:
+data.path made absolute, model fields from the store's meta.json or the objective, a resumed
+run's dtype), then builds the rest from that final config: the planner's choices, model,
+optimizers, slot state, memory guard and step settings.
+
+A `Session` groups what travels together: `Data` (the store's splits and the sample stream)
+and `Run` (the plan, the peak meter, the memory guard, this process's place among several).
+`Clock` keeps the wall-time bookkeeping of one session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from trmkit import config as config_mod
+from trmkit import rundir
+from trmkit.config import Config, ConfigError
+from trmkit.data.store import Split, open_split
+from trmkit.data.stream import SampleStream
+from trmkit.hardware import HardwareInfo
+from trmkit.hardware.memory import PeakMeter
+from trmkit.model.trm import TRM
+from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
+from trmkit.plan.device import choose_device
+from trmkit.train import distributed as dist_mod
+from trmkit.train.distributed import SINGLE, World
+from trmkit.train.scorer import Scorer
+from trmkit.train.guard import MemoryGuard, PeakReader
+from trmkit.train.objective import Objective
+from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
+from trmkit.train.execution import resume_dtype, resume_micro_batch, saved_meta
+from trmkit.train.step import Optimizers, StepContext, TrainState, new_state
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Data:
+    """The store's splits and the stream that samples the training split (none of them for an objective)."""
+
+    train: Split | None = None
+    test: Split | None = None
+    val: Split | None = None  # a store's validation split: periodic evaluations and the best use it
+    stream: SampleStream | None = None  # None when prepared for evaluation only
+
+
+@dataclass
+class Run:
+    """How this process runs: the plan, its peak meter, the memory guard, its place among several."""
+
+    plan: Plan
+    meter: PeakMeter = field(default_factory=PeakMeter)  # the process's peak RSS, per phase
+    guard: MemoryGuard | None = None
+    world: World = SINGLE  # several processes (train/distributed.py): this one's rank among them
+    cache_dir: Path | None = None  # where the plan's measurements are cached (and learn from this run)
+    eval_batch: int = 0  # evaluation slots per forward once an allocation failed (0: the plan's)
+
+
+@dataclass
+class Session:
+    """Everything a run needs, built once by `prepare`."""
+
+    cfg: Config
+    model: TRM
+    opts: Optimizers
+    state: TrainState
+    ctx: StepContext
+    data: Data
+    run: Run
+    scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
+    objective: Objective | None = None  # makes its own batches instead of a store (train/objective.py)
+    best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
+
+    def source(self):
+        """What makes the batches, whose position goes into checkpoints: the stream or the objective."""
+        return self.objective if self.objective is not None else self.data.stream
+
+
+@dataclass
+class Clock:
+    """Wall-time bookkeeping of one session of a run."""
+
+    start: float = field(default_factory=time.perf_counter)
+    eval_seconds: float = 0.0
+    ckpt_seconds: float = 0.0
+    last_ckpt: float = field(default_factory=time.perf_counter)
+    samples: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self.start - self.eval_seconds - self.ckpt_seconds
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def open_splits(data_path: str, need_train: bool = True) -> tuple[Split | None, Split | None]:
+    """The store's train and test splits; a store built for evaluation only has no train split."""
+    root = Path(data_path)
+    if not data_path:
+        raise ConfigError("data.path is empty: build a store with `trmkit data TASK --out DIR` "
+                          "(tasks: `trmkit data --help`) and pass data.path=DIR")
+    train = open_split(root / "train") if (root / "train").is_dir() else None
+    test = open_split(root / "test") if (root / "test").is_dir() else None
+    if train is None and (need_train or test is None):
+        what = ("it holds only a test split (built with --test-fraction 1, for `trmkit eval RUN --data DIR`)"
+                if test is not None else "no train/ or test/ split there")
+        raise ConfigError(f"data.path={root}: {what}; build a training store with "
+                          f"`trmkit data TASK --out DIR` (e.g. trmkit data sudoku --source generate --out {root})")
+    return train, test
+
+
+def model_fields(split: Split) -> dict[str, int]:
+    """The model fields a store decides: vocabulary, sequence length, puzzle ids, classes."""
+    meta = split.meta
+    return {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
+            "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes)}
+
+
+def fill_from_meta(cfg: Config, split: Split) -> Config:
+    return config_mod.replace(cfg, "model", **model_fields(split))
+
+
+def open_val_split(data_path: str) -> Split | None:
+    """DIR/val when the store has one (a classify store does): it picks the best evaluation."""
+    path = Path(data_path) / "val"
+    return open_split(path) if path.is_dir() else None
+
+
+def label_weights(cfg: Config, split: Split, log: Log) -> torch.Tensor | None:
+    """train.class_weighting=balanced: weight N / (K * count) per label seen in training, as
+    scikit-learn's class_weight="balanced", so every class carries the same total loss."""
+    if cfg.train.class_weighting != "balanced":
+        return None
+    labels = np.asarray(split.labels)
+    counts = np.bincount(labels[labels != split.meta.ignore_label_id].ravel(), minlength=split.meta.vocab_size)
+    seen = counts > 0
+    weights = np.zeros(len(counts))
+    weights[seen] = counts[seen].sum() / (seen.sum() * counts[seen])
+    names = split.meta.classes or split.meta.vocab
+    shown = ", ".join(f"{names[i]} {weights[i]:.2f}" for i in np.flatnonzero(seen)[:12])
+    log(f"train: class_weighting=balanced -> loss weights {shown} (N / (K * count) over {int(counts.sum())} labels)")
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+def data_identity(split: Split) -> dict:
+    """What a store must share with the run's training store for the model to read it
+    (RUN_DIR/data_meta.json: the training store's task, vocabulary and shape, kept with the run)."""
+    m = split.meta
+    return {"task": m.task, "vocab": list(m.vocab), "seq_len": m.seq_len,
+            "num_puzzle_identifiers": m.num_puzzle_identifiers, "path": str(split.path.parent)}
+
+
+def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> None:
+    """A store evaluated by a run must have its vocabulary and sequence shape; else a clear error."""
+    m, saved = split.meta, {}
+    try:
+        saved = json.loads(rundir.path(run_dir, rundir.DATA_META).read_text())
+    except (OSError, ValueError):
+        pass  # runs from before data_meta.json: the sizes in config.yaml are checked
+    want = {"task": saved.get("task", m.task), "vocab": saved.get("vocab", list(m.vocab)),
+            "vocab_size": cfg.model.vocab_size, "seq_len": cfg.model.seq_len}
+    have = {"task": m.task, "vocab": list(m.vocab), "vocab_size": m.vocab_size, "seq_len": m.seq_len}
+    wrong = [f"{k} {have[k]!r} (the run's: {want[k]!r})" for k in want if have[k] != want[k]]
+    if m.num_puzzle_identifiers > cfg.model.num_puzzle_ids:
+        wrong.append(f"num_puzzle_identifiers {m.num_puzzle_identifiers} (the run learned "
+                     f"{cfg.model.num_puzzle_ids} puzzle embeddings)")
+    if wrong:
+        raise ConfigError(f"{split.path}: this store does not fit run {run_dir}: " + "; ".join(wrong)
+                          + ". Build the evaluation store with the same task and settings as the run's "
+                          "training store (e.g. the same --size for mazes)")
+
+
+def absolute_data_path(data_path: str, log: Log) -> str:
+    """A relative data.path is resolved once, at the start, so eval/resume/report work from anywhere."""
+    if not data_path or Path(data_path).is_absolute():
+        return data_path
+    path = str(Path(data_path).resolve())
+    log(f"data: data.path={data_path} -> {path} (stored absolute in the run's config)")
+    return path
+
+
+# --------------------------------------------------------------------------- building a session
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_optimizers(model: TRM, cfg: Config) -> Optimizers:
+    t = cfg.train
+    sparse = None
+    if model.puzzle_emb is not None:
+        sparse = SparseSignSGD(model.puzzle_emb, t.puzzle_emb_lr, t.puzzle_emb_weight_decay)
+    ema = EMA(model, t.ema_decay, t.ema_warmup) if t.ema_decay > 0 else None
+    return Optimizers(dense=build_optimizer(model.parameters(), t), sparse=sparse, ema=ema)
+
+
+def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool, saved: dict, log: Log
+                   ) -> tuple[Config, Data]:
+    """The run's final config, and the store's splits it was resolved from.
+
+    data.path becomes absolute; the model fields come from the objective (it says what the
+    model reads) or from the training store, while `trmkit eval` keeps the run's model shape and
+    checks the store against it; a resumed run keeps the dtype its checkpoint was trained in."""
+    path, fields, data = cfg.data.path, {}, Data()
+    if objective is not None:
+        fields = objective.model_fields()
+    else:
+        path = absolute_data_path(cfg.data.path, log)
+        data.train, data.test = open_splits(path, need_train=not evaluate_only)
+        if evaluate_only:  # the run's config already holds the model's shape; the store must match it
+            check_data_matches(cfg, data.test or data.train, Path(cfg.run.dir))
+        else:
+            fields = model_fields(data.train)
+    model = dataclasses.replace(cfg.model, **fields)  # checked before the resume is looked at
+    run = dataclasses.replace(cfg.run, dtype=resume_dtype(cfg.run.dtype, saved, log))
+    return dataclasses.replace(cfg, run=run, model=model, data=dataclasses.replace(cfg.data, path=path)), data
+
+
+def plan_run(cfg: Config, local: Config, hw: HardwareInfo, world: World, meter: PeakMeter, saved: dict,
+             log: Log, cache_dir: Path | None) -> Plan:
+    """The planner's choices, made once on rank 0 and shared with every process; applied to this one."""
+    if world.active:
+        backend = dist_mod.start(world, str(choose_device(cfg.run.device, hw).value), cfg.run.dist_timeout)
+        log(dist_mod.environment_summary(world, backend))
+    with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
+        plan = None
+        if world.main:  # one plan for every process, made while the others wait (no probe competes)
+            plan = make_plan(local, hw, cache_dir=cache_dir, log=log,
+                             saved_config=saved.get("config"), world=world.size, ranks_here=world.local_size)
+        if world.active:
+            plan = dist_mod.share_object(plan, world)
+    apply_to_process(plan)
+    return plan
+
+
+def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log
+                ) -> tuple[TRM, Optimizers, TrainState, Callable | None]:
+    """Seed, then model, optimizers, compiled net and slot state, in the order of their random draws."""
+    seed_everything(cfg.run.seed)
+    device = plan.torch_device()
+    model = TRM(cfg.model).to(device)
+    log(f"model: {model.num_parameters():,} trainable parameters "
+        f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
+        f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
+    opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
+    apply_to_model(plan, model)
+    state = new_state(model, slots, cfg.model.seq_len, device)
+    net = dist_mod.wrap(model) if world.active else None  # after compiling, as DDP asks
+    if world.active and opts.sparse is not None:
+        opts.sparse.gather = dist_mod.gather_rows
+    return model, opts, state, net
+
+
+def make_guard(cfg: Config, plan: Plan, hw: HardwareInfo, log: Log, meter: PeakMeter | None = None
+               ) -> MemoryGuard | None:
+    if not cfg.run.memory_guard or not plan.is_cpu or not plan.budget.value:
+        return None
+    mb, est = int(plan.micro_batch.value), plan.estimate
+    guard = MemoryGuard(budget=int(plan.budget.value), batch_size=cfg.train.batch_size, micro_batch=mb,
+                        max_micro_batch=mb, log=log, reader=PeakReader(hw.memory, meter),
+                        slot_bytes=est.micro_per_slot if est else 0)
+    if est is not None:  # a first step that does not fit is OOM-killed under a cgroup, not retried
+        guard.preflight(est.train_peak)
+    return guard
+
+
+def step_context(cfg: Config, data: Data, objective: Objective | None, plan: Plan, micro: int,
+                 net: Callable | None, world: World, log: Log) -> StepContext:
+    """How a step runs: micro-batch, ignored label, device, autocast, loss weights, several processes."""
+    weights = label_weights(cfg, data.train, log) if data.train is not None else None
+    ignore = (data.train or data.test).meta.ignore_label_id if objective is None else -100
+    device = plan.torch_device()
+    return StepContext(micro_batch=micro, ignore_label_id=ignore,
+                       device=device, autocast=plan.autocast(),
+                       label_weights=weights.to(device) if weights is not None else None,
+                       net=net, reduce_after=dist_mod.reduce_after(net) if net is not None else None,
+                       rank=world.rank, world=world.size)
+
+
+def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
+            meter: PeakMeter | None = None,
+            scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
+            objective: Objective | None = None, world: World = SINGLE) -> Session:
+    """Resolve cfg for the data and this machine, and build model and state.
+
+    The meter (started here unless given) watches every phase from the planner's probes on.
+    scorer: the task's extra evaluation metrics (built per evaluation from the test split).
+    evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's.
+    objective: a workload that makes its own batches (no store; train/objective.py).
+    world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
+    the global batch, each process holds its share of the slots."""
+    meter = meter or PeakMeter().start()
+    if world.active and (objective is not None or evaluate_only):
+        raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
+                          "(launch them without torchrun)")
+    saved = saved_meta(cfg.run.dir)
+    cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
+    local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
+    plan = plan_run(cfg, local, hw, world, meter, saved, log, cache_dir)
+    with meter.phase("setup"):
+        slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
+        model, opts, state, net = build_model(cfg, plan, slots, world, log)
+    guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
+    micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
+    if guard is not None:
+        guard.micro_batch = micro
+    ctx = step_context(cfg, data, objective, plan, micro, net, world, log)
+    if data.train:
+        data.stream = SampleStream(data.train, cfg.run.seed, world.rank, world.size)
+    if not evaluate_only and objective is None:
+        data.val = open_val_split(cfg.data.path)
+    return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
+                   run=Run(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
+                   scorer=scorer, objective=objective)
