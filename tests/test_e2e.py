@@ -5,11 +5,12 @@ of held-out puzzles) — measured ~0.85 on a quiet 2-core machine.
 """
 
 import json
-import subprocess
 import sys
 
 import pytest
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.tasks.sudoku.build import build_sudoku
 
 TINY = """
@@ -22,9 +23,9 @@ train: {batch_size: 32, max_steps: 260, lr: 2.0e-3, lr_min_ratio: 0.1, warmup_st
 """
 
 
-def cli(*args, timeout=400):
-    return subprocess.run([sys.executable, "-m", "trmkit.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+def cli(*args, timeout=SAFETY_TIMEOUT):
+    return procs.run([sys.executable, "-m", "trmkit.cli", *args], capture_output=True, text=True,
+                     timeout=timeout)
 
 
 @pytest.fixture(scope="module")

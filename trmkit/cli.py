@@ -101,13 +101,21 @@ def _launch(nproc: int) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from trmkit import hardware, rundir
-    from trmkit.train import distributed, loop
-    from trmkit.train.session import prepare
+    from trmkit.train import distributed
 
     world = distributed.world_from_env(os.environ)
     if args.nproc and not world.active:
         return _launch(args.nproc)
+    if world.active:
+        _leave_after(lambda: _train(args, world))
+    return _train(args, world)
+
+
+def _train(args: argparse.Namespace, world) -> int:
+    from trmkit import hardware, rundir
+    from trmkit.train import distributed, loop
+    from trmkit.train.session import prepare
+
     cfg = _train_config(args)
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
@@ -123,9 +131,38 @@ def _run_train(args: argparse.Namespace) -> int:
               f"`torchrun --nproc-per-node {world.local_size} "
               f"-m trmkit train --resume {cfg.run.dir}`", file=sys.stderr, flush=True)
         return 3
-    finally:
-        distributed.stop()
     return 0
+
+
+def _leave_after(work) -> None:
+    """Run one rank's work, then end the process with os._exit, on success, on an error and after
+    a stop signal (the loop saves and returns on SIGINT/SIGTERM first).
+
+    Why not a normal exit: when the interpreter tears down, DDP's Reducer is freed with the GIL
+    held; its destructor drops the last reference to the gloo process group, whose destructor
+    joins a gloo worker thread; that thread can be destroying an asynchronous allgather that
+    needs the GIL to drop a Python tensor: a deadlock that kept a finished run alive until
+    torchrun gave up (issue 24). Everything the run writes is fsync'd and closed before this
+    point (checkpoints, weights, summary, metrics), so skipping the teardown loses nothing;
+    stdout and stderr are flushed here."""
+    import traceback
+
+    from trmkit.data.store import StoreError
+    from trmkit.train.checkpoint import CheckpointError
+
+    try:
+        code = work()
+    except (ConfigError, CheckpointError, StoreError) as err:
+        print(f"trmkit train: {err}", file=sys.stderr)
+        code = 2
+    except SystemExit as err:
+        code = err.code if isinstance(err.code, int) else 1
+    except BaseException:  # noqa: BLE001 - any failure: say it as Python would, then leave without teardown
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _add_eval(p: argparse.ArgumentParser) -> None:

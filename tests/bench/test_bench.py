@@ -2,7 +2,6 @@
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 import trmkit
 from trmkit import bench
 from trmkit import config as config_mod
@@ -99,8 +100,8 @@ print(json.dumps({"result": r, "threads": [threads, torch.get_num_threads()],
 def test_run_bench_on_the_tiny_config():
     # batch 16, not the preset's 4: the memory probes then differ by 8 slots (~6 MB), well above the
     # ~0.3 MB run-to-run noise of peak RSS (MB per slot measured 0.47-0.93 at batch 4, 0.61-0.91 at 16)
-    done = subprocess.run([sys.executable, "-c", _FRESH_BENCH, str(TINY_YAML)], capture_output=True, text=True,
-                          timeout=300)
+    done = procs.run([sys.executable, "-c", _FRESH_BENCH, str(TINY_YAML)], capture_output=True, text=True,
+                     timeout=SAFETY_TIMEOUT)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     r = out["result"]
@@ -144,8 +145,8 @@ print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=Tr
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss across exec: Linux semantics")
 def test_a_memory_probe_child_reports_its_own_peak_not_its_parents():
-    done = subprocess.run([sys.executable, "-c", _PARENT_THEN_CHILD], capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = procs.run([sys.executable, "-c", _PARENT_THEN_CHILD], capture_output=True, text=True,
+                     timeout=SAFETY_TIMEOUT, check=True)
     reported = int(done.stdout.strip().splitlines()[-1]) / memory.MB
     assert 100 < reported < 450, reported
 

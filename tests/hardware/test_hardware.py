@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit import hardware
 from trmkit.hardware import cpu as hw_cpu
 from trmkit.hardware import thermal as hw_thermal
@@ -418,12 +420,11 @@ print(json.dumps({"kept": kept, "faults": faults, "pages_per_round": sum(sizes) 
 def test_kept_freed_memory_is_reused_without_page_faults():
     if not probe_platform().libc.startswith("glibc"):
         pytest.skip("glibc only: keep_freed_memory tunes glibc's malloc")
-    import subprocess
     import sys
 
     def rounds(mode):
-        out = subprocess.run([sys.executable, "-c", _ALLOC_ROUNDS, mode], capture_output=True, text=True,
-                             check=True)
+        out = procs.run([sys.executable, "-c", _ALLOC_ROUNDS, mode], capture_output=True, text=True,
+                        check=True, timeout=SAFETY_TIMEOUT)
         return json.loads(out.stdout)
 
     kept, default = rounds("keep"), rounds("default")

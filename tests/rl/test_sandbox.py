@@ -3,12 +3,13 @@ sandbox keeps working afterwards (each hostile case is followed by an ordinary j
 
 import os
 import resource
-import subprocess
 import sys
 import time
 
 import pytest
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.rl.check import ALLOWED_CALLS, UnsafeCode, check_source
 from trmkit.rl.sandbox import Job, Limits, Outcome, Sandbox
 
@@ -311,8 +312,8 @@ def test_the_worker_dies_with_the_interpreter_even_without_close(tmp_path):
               "s = Sandbox()\n"
               "assert s.run([Job('def f(x):\\n    return x', 'f', (1,))])[0].ok\n"
               "print(s.worker_pid)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=30, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    done = procs.run([sys.executable, "-c", script], capture_output=True, text=True,
+                     timeout=SAFETY_TIMEOUT, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert done.returncode == 0, done.stderr
     pid = int(done.stdout.strip())
     status = f"/proc/{pid}/status"

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.monitor import read_metrics
 from trmkit.train.checkpoint import list_checkpoints, load_checkpoint
 
@@ -31,12 +33,12 @@ rl: {proposals_per_type: 2, tasks_per_type: 3, env_tasks_per_type: 1, attempts: 
 
 def trmkit(*args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "trmkit.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    return procs.start([sys.executable, "-m", "trmkit.cli", *args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def finish(proc, timeout=240):
-    out, _ = proc.communicate(timeout=timeout)
+def finish(proc, timeout=SAFETY_TIMEOUT):
+    out, _ = procs.communicate(proc, SAFETY_TIMEOUT)
     assert proc.returncode == 0, out
     return out
 
@@ -59,8 +61,8 @@ def test_seed_writes_held_out_solve_rates_and_eval_reads_them_back(seeded):
     for key in ("solve_rate", "solve_rate/deduction", "solve_rate/abduction", "solve_rate/induction",
                 "format_rate", "solve_rate/len>3"):
         assert 0.0 <= summary[key] <= 1.0
-    proc = subprocess.run([sys.executable, "-m", "trmkit.cli", "rl", "eval", str(seeded / "seed"), "--json"],
-                          capture_output=True, text=True)
+    proc = procs.run([sys.executable, "-m", "trmkit.cli", "rl", "eval", str(seeded / "seed"), "--json"],
+                     capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)
     assert again["solve_rate"] == summary["solve_rate"] and again["samples"] == 12
@@ -87,7 +89,7 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
 
     cut = seeded / "cut"
     proc = trmkit(*selfplay_args(seeded, cut))
-    deadline = time.time() + 180
+    deadline = time.time() + SAFETY_TIMEOUT
     while not any(int(p.name.split("-")[1]) >= 2 for p in list_checkpoints(cut)):
         assert proc.poll() is None and time.time() < deadline, "no checkpoint 2 in time"
         time.sleep(0.01)
@@ -110,9 +112,9 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
 
 
 def test_bench_rl_reports_rollout_and_update_throughput(seeded):
-    proc = subprocess.run([sys.executable, "-m", "trmkit.cli", "bench", str(seeded / "cfg.yaml"), "--rl",
-                           "--steps", "1", "--warmup", "0", "--init", str(seeded / "seed"), "--json",
-                           f"run.dir={seeded / 'bench'}"], capture_output=True, text=True)
+    proc = procs.run([sys.executable, "-m", "trmkit.cli", "bench", str(seeded / "cfg.yaml"), "--rl",
+                      "--steps", "1", "--warmup", "0", "--init", str(seeded / "seed"), "--json",
+                      f"run.dir={seeded / 'bench'}"], capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["rollout_tokens_per_s"] > 0 and r["update_tokens_per_s"] > 0

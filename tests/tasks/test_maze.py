@@ -1,12 +1,13 @@
 """Maze: generator guarantees, importer reports, dihedral augmentation, the valid-path metric."""
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.data.store import open_store
 from trmkit.data.stream import Batch
 from trmkit.tasks import maze
@@ -112,13 +113,14 @@ def test_scorer_counts_another_shortest_path_as_valid_not_exact(tmp_path):
 
 
 def test_cli_builds_a_maze_store(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--size", "9", "--num", "6",
-                           "--min-path", "6", "--out", str(tmp_path / "d")], capture_output=True, text=True)
+    proc = procs.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--size", "9", "--num", "6",
+                      "--min-path", "6", "--out", str(tmp_path / "d")], capture_output=True, text=True,
+                     timeout=SAFETY_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((tmp_path / "d" / "train" / "meta.json").read_text())
     assert meta["task"] == "maze" and meta["build"]["min_path"] == 6
-    bad = subprocess.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--source", str(tmp_path / "no.csv"),
-                          "--out", str(tmp_path / "x")], capture_output=True, text=True)
+    bad = procs.run([sys.executable, "-m", "trmkit.cli", "data", "maze", "--source", str(tmp_path / "no.csv"),
+                     "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
     assert bad.returncode == 2 and "maze file not found" in bad.stderr
 
 

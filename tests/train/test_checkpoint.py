@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit import files
 from trmkit.train import checkpoint as ck
 from trmkit.train.checkpoint import format as fmt
@@ -266,8 +267,8 @@ def _peak_increase(run_dir: Path, op: str) -> tuple[int, int]:
     """(state bytes, peak RSS increase during the call) from a fresh interpreter."""
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _PEAK_PROBE, str(run_dir), op], capture_output=True,
-                         text=True, env=env, cwd=repo, timeout=300)
+    out = procs.run([sys.executable, "-c", _PEAK_PROBE, str(run_dir), op], capture_output=True,
+                    text=True, env=env, cwd=repo, timeout=SAFETY_TIMEOUT)
     assert out.returncode == 0, out.stderr
     state, increase = map(int, out.stdout.split())
     return state, increase

@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 import trmkit
 from trmkit import rundir
 from trmkit.hardware.limits import TRAIN_REPORTING_VM, find_cgroup_root
@@ -53,7 +55,7 @@ def root(tmp_path_factory):
     return root
 
 
-def wait_and_sample(proc: subprocess.Popen, timeout: float = 300) -> int:
+def wait_and_sample(proc: subprocess.Popen, timeout: float = SAFETY_TIMEOUT) -> int:
     """The largest VmHWM/VmRSS of the running child, sampled every 10 ms: the guard resets the
     kernel's RSS high-water mark (and so ru_maxrss) at every step."""
     peak, deadline = 0, time.monotonic() + timeout
@@ -65,9 +67,7 @@ def wait_and_sample(proc: subprocess.Popen, timeout: float = 300) -> int:
         except (OSError, ValueError):
             pass
         time.sleep(0.01)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    procs.kill_group(proc)  # a no-op when it ended by itself; else it and its children
     return peak
 
 
@@ -87,8 +87,8 @@ def train(root: Path, name: str, guard: bool, limit: int | None) -> dict:
            "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
     log = root / f"{name}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                preexec_fn=set_limit)
+        proc = procs.start(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
+                           preexec_fn=set_limit)
         rss_peak = wait_and_sample(proc)
     output = log.read_text()
     vm = json.loads((root / f"{name}.vm.json").read_text())  # at exit; VmPeak is never reset
@@ -155,7 +155,7 @@ def test_the_budget_is_a_ceiling_for_the_whole_process_under_a_hard_limit_equal_
     launcher = ("import json, sys; from pathlib import Path; from trmkit.hardware.limits import run_in_cgroup\n"
                 f"print(json.dumps(run_in_cgroup({argv!r}, {budget}, {tuple(cgroup)!r}, 'ceiling-test', "
                 f"Path({str(tmp_path / 'output.txt')!r}), {env!r}, {str(tmp_path)!r})))")
-    done = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=1800, env=env)
+    done = procs.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=SAFETY_TIMEOUT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     r = SimpleNamespace(**json.loads(done.stdout.strip().splitlines()[-1]))
     r.tail = "\n".join((tmp_path / "output.txt").read_text().splitlines()[-12:])

@@ -14,6 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.tasks.sudoku.build import build_sudoku
 from trmkit.monitor import read_metrics
 from trmkit.train.checkpoint import list_checkpoints, load_checkpoint
@@ -37,15 +39,15 @@ def setup(tmp_path_factory):
 
 def trmkit(*args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "trmkit.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, **kw)
+    return procs.start([sys.executable, "-m", "trmkit.cli", *args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 
 def train_args(setup, run_dir, *extra):
     return ["train", str(setup / "cfg.yaml"), f"run.dir={run_dir}", f"data.path={setup / 'data'}", *extra]
 
 
-def wait_for_checkpoint(run_dir: Path, step: int, proc, timeout=120.0):
+def wait_for_checkpoint(run_dir: Path, step: int, proc, timeout=SAFETY_TIMEOUT):
     deadline = time.time() + timeout
     while time.time() < deadline:
         done = [int(p.name.split("-")[1]) for p in list_checkpoints(run_dir)]
@@ -65,7 +67,7 @@ def final_state(run_dir: Path) -> dict:
 
 def test_sigkill_and_resume_equals_an_uninterrupted_run(setup):
     whole = setup / "whole"
-    out = trmkit(*train_args(setup, whole)).communicate(timeout=300)[0]
+    out = procs.communicate(trmkit(*train_args(setup, whole)), SAFETY_TIMEOUT)[0]
     assert "final:" in out, out
     killed = setup / "killed"
     proc = trmkit(*train_args(setup, killed))
@@ -78,7 +80,7 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(setup):
     logged = [r["step"] for r in read_metrics(killed / "metrics.jsonl")]
     assert 6 <= killed_at < 14 and 6 <= max(logged) < 14, (killed_at, logged)
     assert not (killed / "summary.json").exists() and not (killed / "weights.safetensors").exists()
-    out = trmkit("train", "--resume", str(killed)).communicate(timeout=300)[0]
+    out = procs.communicate(trmkit("train", "--resume", str(killed)), SAFETY_TIMEOUT)[0]
     assert "resumed from" in out and f"step-{killed_at:08d}" in out and "final:" in out, out
     assert (killed / "summary.json").is_file()
     a, b = final_state(whole), final_state(killed)
@@ -92,12 +94,12 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(setup):
 def test_sigint_finishes_the_step_saves_and_exits_zero(setup):
     run = setup / "interrupted"
     proc = trmkit(*train_args(setup, run, "train.max_steps=100000", "train.checkpoint_every=0"))
-    deadline = time.time() + 120
+    deadline = time.time() + SAFETY_TIMEOUT
     while not (run / "metrics.jsonl").exists() or (run / "metrics.jsonl").stat().st_size < 2000:
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out = proc.communicate(timeout=120)[0]
+    out = procs.communicate(proc, SAFETY_TIMEOUT)[0]
     assert proc.returncode == 0, out
     assert "SIGINT received" in out and "trmkit train --resume" in out
     ckpts = list_checkpoints(run)
@@ -106,11 +108,13 @@ def test_sigint_finishes_the_step_saves_and_exits_zero(setup):
 
 def test_corrupted_newest_checkpoint_falls_back_to_the_previous(setup):
     run = setup / "damaged"
-    assert trmkit(*train_args(setup, run, "train.max_steps=5")).wait(timeout=300) == 0
+    first = trmkit(*train_args(setup, run, "train.max_steps=5"))
+    procs.communicate(first, SAFETY_TIMEOUT)
+    assert first.returncode == 0
     newest = list_checkpoints(run)[-1]
     data = (newest / "tensors.safetensors").read_bytes()
     (newest / "tensors.safetensors").write_bytes(data[: len(data) // 2])  # truncated
-    out = trmkit("train", "--resume", str(run), "train.max_steps=6").communicate(timeout=300)[0]
+    out = procs.communicate(trmkit("train", "--resume", str(run), "train.max_steps=6"), SAFETY_TIMEOUT)[0]
     assert "step-00000005" in out and "resumed from" in out and "step-00000004" in out, out
     assert load_checkpoint(list_checkpoints(run)[-1]).step == 6
 
@@ -118,15 +122,15 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_previous(setup):
 def test_resume_with_a_different_model_names_the_keys(setup):
     run = setup / "damaged"
     proc = trmkit("train", "--resume", str(run), "model.hidden_size=64")
-    out = proc.communicate(timeout=300)[0]
+    out = procs.communicate(proc, SAFETY_TIMEOUT)[0]
     assert proc.returncode == 2
     assert "model.hidden_size" in out and "32" in out and "64" in out, out
 
 
 def test_report_from_a_real_run(setup):
     run = setup / "whole"
-    proc = subprocess.run([sys.executable, "-m", "trmkit.cli", "report", str(run)], capture_output=True,
-                          text=True, timeout=120)
+    proc = procs.run([sys.executable, "-m", "trmkit.cli", "report", str(run)], capture_output=True,
+                     text=True, timeout=SAFETY_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     pngs = sorted((run / "report").glob("*.png"))
     assert len(pngs) >= 4

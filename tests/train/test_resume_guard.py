@@ -3,13 +3,14 @@ dtype in use, and a resumed run continues with them (issue 10, item 7)."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
 from trmkit.tasks.sudoku.build import build_sudoku
 from trmkit.train.checkpoint import list_checkpoints
 from trmkit.train.execution import resume_micro_batch
@@ -33,9 +34,9 @@ def root(tmp_path_factory):
 
 def train(root, run_dir, *extra):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(root / "cache")}
-    done = subprocess.run([sys.executable, "-m", "trmkit.cli", "train", str(root / "cfg.yaml"),
-                           f"run.dir={run_dir}", f"data.path={root / 'data'}", *extra],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = procs.run([sys.executable, "-m", "trmkit.cli", "train", str(root / "cfg.yaml"),
+                      f"run.dir={run_dir}", f"data.path={root / 'data'}", *extra],
+                     capture_output=True, text=True, env=env, timeout=SAFETY_TIMEOUT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 

@@ -16,7 +16,9 @@ the CLI reads them into a `World` (the only place that reads the environment). T
 - the loop's decisions that depend on a clock or a signal (stop, out of time, checkpoint due)
   are agreed by an all-reduce once per step;
 - checkpoints: rank 0 writes the model, optimizer and EMA once, plus every rank's carry, slot
-  samples, RNG and data position, gathered to it, in the one atomic checkpoint.
+  samples, RNG and data position, gathered to it, in the one atomic checkpoint;
+- a rank leaves with os._exit once its work is written (cli._leave_after): tearing down DDP and
+  the gloo process group at interpreter exit can deadlock (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -81,11 +83,6 @@ def start(world: World, device: str, timeout_s: float) -> str:
     dist.init_process_group(backend, rank=world.rank, world_size=world.size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return backend
-
-
-def stop() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def local_config(cfg: Config, world: World) -> Config:

@@ -1,0 +1,83 @@
+"""Test hygiene: no test leaves a process behind.
+
+Every test that starts processes starts them in their own process group (trmkit.procs) and
+kills the group on a timeout or a failure. This fixture checks it: a process that a test
+started (a descendant of this pytest process that was not there before the test) and that is
+still alive a few seconds after the test ends fails the test, and is killed with its group.
+
+Timeouts in the tests are safety nets, not measurements: `SAFETY_TIMEOUT` is generous, so
+that the suite passes on a loaded machine (scripts/test.sh --under-load); work is bounded by
+steps.
+"""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests import SAFETY_TIMEOUT  # noqa: F401 (the one safety net, tests/__init__.py)
+GRACE_SECONDS = 10.0  # a child may take this long to go after its test (interpreter teardown)
+
+
+def _descendants() -> dict[int, psutil.Process]:
+    try:
+        return {p.pid: p for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _describe(p: psutil.Process) -> str:
+    try:
+        return f"pid {p.pid}: {' '.join(p.cmdline())[:200]}"
+    except psutil.Error:
+        return f"pid {p.pid}"
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        try:
+            os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+        except (OSError, psutil.Error):
+            pass
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(request):
+    before = set(_descendants())
+    yield
+    new = [p for pid, p in _descendants().items() if pid not in before]
+    deadline = time.monotonic() + GRACE_SECONDS
+    while _alive(new) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _alive(new)
+    if left:
+        names = "; ".join(_describe(p) for p in left)
+        _kill(left)
+        pytest.fail(f"{request.node.nodeid} left {len(left)} process(es) running: {names}", pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After every fixture is torn down nothing started by the tests may still run."""
+    left = _alive(list(_descendants().values()))
+    if left:
+        print("\nprocesses left running at the end of the tests (killed): "
+              + "; ".join(_describe(p) for p in left))
+        _kill(left)
+        session.exitstatus = 1
