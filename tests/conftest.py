@@ -1,9 +1,11 @@
 """Test hygiene: no test leaves a process behind.
 
 Every test that starts processes starts them in their own process group (trmkit.procs) and
-kills the group on a timeout or a failure. This fixture checks it: a process that a test
-started (a descendant of this pytest process that was not there before the test) and that is
-still alive a few seconds after the test ends fails the test, and is killed with its group.
+kills the group on a timeout or a failure. This fixture checks it, per test module: a process
+that the module's tests or fixtures started (a descendant of this pytest process that was not
+there before the module) and that is still alive a few seconds after the module's fixtures are
+torn down fails the module's last test, and is killed with its group. (Per module, not per
+test: a module-scoped fixture may keep a worker, such as a sandbox, across its tests.)
 
 Timeouts in the tests are safety nets, not measurements: `SAFETY_TIMEOUT` is generous, so
 that the suite passes on a loaded machine (scripts/test.sh --under-load); work is bounded by
@@ -47,9 +49,14 @@ def _describe(p: psutil.Process) -> str:
 
 
 def _kill(procs: list[psutil.Process]) -> None:
+    """Kill each leftover with its own process group; one left in pytest's group (started without
+    trmkit.procs) is killed alone, never the group: that would kill pytest and its shell."""
+    own = os.getpgrp()
     for p in procs:
         try:
-            os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+            group = os.getpgid(p.pid)
+            if group != own:
+                os.killpg(group, signal.SIGKILL)
         except (OSError, psutil.Error):
             pass
         try:
@@ -58,7 +65,7 @@ def _kill(procs: list[psutil.Process]) -> None:
             pass
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def no_process_left_behind(request):
     before = set(_descendants())
     yield

@@ -209,6 +209,7 @@ def _add_email(p: argparse.ArgumentParser) -> None:
 def _run_email(args: argparse.Namespace) -> int:
     from trmkit.email import commands
 
+    args.cache_dir = _cache_dir()  # the environment is read here only
     return commands.run(args)
 
 
@@ -326,6 +327,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="peak memory the benchmark may use (6GB, 6GiB): its step must fit, as a training run's must")
     p.add_argument("--compile-target", choices=("net", "model"), default="net",
                    help="with run.compile=on: compile model.net or the whole model")
+    p.add_argument("--all-peaks", action="store_true",
+                   help="sample the matmul peak of every dtype, even bf16 on a CPU that only emulates it (slow)")
     p.add_argument("--rl", action="store_true",
                    help="time self-play rounds of a `trmkit rl` preset instead: rollout and update tokens/s, "
                         "peak RSS (with --steps/--warmup rounds)")
@@ -376,7 +379,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         raise ConfigError("--every, --data-dir, --schedule and --task need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
-                             compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()))
+                             compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),
+                             all_peaks=args.all_peaks)
     if args.save:
         bench.save_result(result, args.save)
     ok, lines = bench.compare(result, baseline, args.tolerance) if baseline else (True, [])

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tests import SAFETY_TIMEOUT
-from trmkit import procs
 import trmkit
-from trmkit import bench
+from tests import SAFETY_TIMEOUT
+from trmkit import bench, hardware, procs
 from trmkit import config as config_mod
-from trmkit.bench import flops, memory, results
+from trmkit.bench import flops, memory, peak, results
+from trmkit.hardware.cpu import native_bf16
 from trmkit.config import ModelConfig
 from trmkit.model.trm import TRM
 from trmkit.plan.memory_model import estimate_memory
@@ -123,7 +123,8 @@ def test_run_bench_on_the_tiny_config():
     # bench measured 0.61-0.91 in 20 runs. Half or double it means one of the two is broken.
     per_slot = estimate_memory(model, 16, 16).micro_per_slot / memory.MB
     assert 0.5 < r["mb_per_slot"] / per_slot < 2.0, (r["mb_per_slot"], per_slot)
-    assert r["peak_gflops"]["float32"] > 0 and r["peak_gflops"]["bfloat16"] > 0
+    sampled = peak.peak_dtypes(r["comparable"]["dtype"], native_bf16(hardware.probe().cpu.features))
+    assert set(r["peak_gflops"]) == set(sampled) and all(r["peak_gflops"][dt] > 0 for dt in sampled)
     assert len(r["peak_samples"]) == 3 and len(r["mfu_steps"]) == 2
     assert r["mfu"] == pytest.approx(sum(r["mfu_steps"]) / 2)  # the median of two steps' own ratios
     # what is not matrix products, shown beside MFU: the rest of the fastest step
@@ -208,3 +209,11 @@ def test_only_the_cli_imports_the_bench():
             if any(n == "trmkit.bench" or n.startswith("trmkit.bench.") for n in names):
                 importers.append(str(path.relative_to(root)))
     assert set(importers) <= {"cli.py"}
+
+
+def test_the_bench_samples_only_the_peaks_the_run_can_use():
+    assert peak.peak_dtypes("float32", native_bf16=False) == ("float32",)  # no emulated bf16 matmuls
+    assert peak.peak_dtypes("float32", native_bf16=True) == ("float32", "bfloat16")
+    assert peak.peak_dtypes("bfloat16", native_bf16=False) == ("bfloat16",)  # asked for it: it is the run's
+    assert peak.peak_dtypes("float32", native_bf16=False, every=True) == ("float32", "bfloat16")
+    assert set(peak.machine_peak((64,), 0.01, ("float32",))) == {"float32"}

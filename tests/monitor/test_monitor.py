@@ -101,6 +101,16 @@ def test_progress_eta_from_measured_rate():
     assert "ETA 1m30s" in lines[-1]
 
 
+def test_progress_eta_ends_with_the_time_budget_when_it_comes_first():
+    clock, lines = FakeClock(0.0), []
+    progress = Progress(100_000, is_tty=False, every_seconds=10, log=lines.append, clock=clock, smoothing=1.0,
+                        time_limit_s=240)
+    progress.update(0, {})
+    clock.t = 60.0
+    progress.update(100, {"train/loss": 1.0})  # 99,900 steps at 1.7/s would be 16 h; the budget ends in 3 min
+    assert "ETA 3m00s" in lines[-1]
+
+
 def test_progress_non_tty_prints_at_most_once_per_interval():
     clock, lines = FakeClock(0.0), []
     progress = Progress(10_000, is_tty=False, every_seconds=10, log=lines.append, clock=clock)

@@ -15,7 +15,7 @@ from trmkit.model.layers import Network, rotary_tables
 from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
 from trmkit.bench.memory import measure_real_step
-from trmkit.plan import cache, calibrate, choose, measure, memory_model
+from trmkit.plan import cache, calibrate, choose, device, measure, memory_model
 
 MiB, GiB = 1 << 20, 1 << 30
 SUDOKU = dict(vocab_size=11, seq_len=81, num_puzzle_ids=1)
@@ -213,7 +213,9 @@ def test_every_choice_has_a_reason_and_is_logged(hw, fake_speed):
     logged = []
     p = plan.make_plan(sudoku_cfg(96), hw, cache_dir=None, log=logged.append)
     assert all(c.reason.strip() for c in p.choices().values())
-    assert len([line for line in logged if line.startswith("plan: ")]) == len(p.choices())
+    choices = [line for line in logged if line.startswith("plan: ") and not line.startswith("plan: time ~")]
+    assert len(choices) == len(p.choices())
+    assert [line for line in logged if line.startswith("plan: time ~")]  # and how long a step will take
     assert set(p.to_dict()) >= {"micro_batch", "dtype", "compile", "grad_checkpointing", "memory"}
     report = plan.plan_report(p)
     assert "activations" in report and "carry" in report and "training peak" in report
@@ -260,6 +262,13 @@ def test_compile_off_for_short_runs_and_weighed_for_long_ones(hw, fake_speed, mo
     long_run = dataclasses.replace(long_run, train=TrainConfig(batch_size=96, max_steps=200_000))
     p = plan.make_plan(long_run, hw, log=lambda _: None)
     assert p.compile.value is True and "pays back" in p.compile.reason
+    # the same run with a 4-minute wall-clock budget: the budget, not max_steps, is the run's length
+    lines = []
+    timed = dataclasses.replace(long_run, train=TrainConfig(batch_size=96, max_steps=200_000, max_minutes=4))
+    p = plan.make_plan(timed, hw, log=lines.append)
+    assert p.compile.value is False and "short run (train.max_minutes=4 ends it after" in p.compile.reason
+    told = [line for line in lines if line.startswith("plan: time ~")]
+    assert told and "s per optimizer step at batch 96" in told[0] and "train.max_minutes=4" in told[0]
 
 
 def test_checkpoint_with_another_sequence_length_is_refused():
@@ -374,10 +383,19 @@ def test_fused_inference_is_chosen_for_bf16_on_the_cpu_without_compile(monkeypat
     assert "epilogue" in fused("auto", "cpu", "bfloat16", compiled=False).reason
     assert fused("on", "cpu", "bfloat16", compiled=False).value is True
     assert fused("off", "cpu", "bfloat16", compiled=False).value is False
-    for device, dtype in (("cpu", "float32"), ("cuda", "bfloat16")):
-        off = fused("on", device, dtype, compiled=False)
-        assert off.value is False and f"{dtype} on {device}" in off.reason
+    for where, dtype in (("cpu", "float32"), ("cuda", "bfloat16")):
+        off = fused("on", where, dtype, compiled=False)
+        assert off.value is False and f"{dtype} on {where}" in off.reason
     assert "compile" in fused("auto", "cpu", "bfloat16", compiled=True).reason
     monkeypatch.setattr(choose, "fused_inference_works", lambda: "oneDNN's fused matmul is not available")
     broken = fused("auto", "cpu", "bfloat16", compiled=False)
     assert broken.value is False and "not available" in broken.reason
+
+
+def test_threads_leave_the_cores_other_processes_keep_busy(hw):
+    cores = hw.cpu.effective_cores
+    assert device.choose_threads(0, hw)[0].value == cores
+    assert device.choose_threads(0, hw, others_busy=0.3)[0].value == cores  # a blip is not a busy core
+    loaded = device.choose_threads(0, hw, others_busy=float(cores))  # every core busy: one thread, not a stall
+    assert loaded[0].value == 1 and "busy" in loaded[0].reason
+    assert device.choose_threads(3, hw, others_busy=float(cores))[0].value == 3  # the config's word stands

@@ -35,9 +35,18 @@ def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1
     return best
 
 
-def machine_peak(sizes: tuple[int, ...] = (1024, 2048), seconds: float = 1.0) -> dict[str, float]:
-    """GFLOP/s per dtype: the best square torch.matmul over `sizes`, with torch's threads."""
-    return {name: max(matmul_gflops(s, s, s, dt, seconds) for s in sizes) for name, dt in DTYPES.items()}
+def machine_peak(sizes: tuple[int, ...] = (1024, 2048), seconds: float = 1.0,
+                 dtypes: tuple[str, ...] = tuple(DTYPES)) -> dict[str, float]:
+    """GFLOP/s per dtype in `dtypes`: the best square torch.matmul over `sizes`, with torch's threads."""
+    return {name: max(matmul_gflops(s, s, s, DTYPES[name], seconds) for s in sizes) for name in dtypes}
+
+
+def peak_dtypes(run_dtype: str, native_bf16: bool, every: bool = False) -> tuple[str, ...]:
+    """Which dtypes' peaks a benchmark samples: the run's own, the other one only where the CPU has
+    it natively (an emulated bf16 matmul of 2048^3 takes ~20 s on an AVX2 laptop), or when asked."""
+    if every or native_bf16:
+        return tuple(DTYPES)
+    return (run_dtype,)
 
 
 def gemm_ceiling(gemms: list[Gemm], dtype: torch.dtype, seconds: float = 0.3) -> dict[str, Any]:

@@ -32,7 +32,6 @@ from trmkit.bench.flops import FlopCount
 from trmkit.bench.memory import MB, peak_rss_bytes
 from trmkit.config import Config, ConfigError
 from trmkit.files import write_json
-from trmkit.plan.objects import DTYPES
 
 BENCH_FORMAT = 2  # bump when the meaning of a key changes; compare() refuses other versions
 
@@ -65,7 +64,7 @@ def assemble(cfg: Config, settings: dict[str, Any], fc: FlopCount, warm: list[fl
     B, dtype = cfg.train.batch_size, settings["dtype"]
     st = spread(times)
     flops_step = fc.total * B
-    best_peak = {dt: max(p[dt] for p in peaks) for dt in DTYPES}
+    best_peak = {dt: max(p[dt] for p in peaks) for dt in peaks[0]}  # the dtypes that were sampled
     best_gflops = flops_step / st["min"] / 1e9
     paired = paired_mfu(flops_step, times, peaks, dtype)
     return {
@@ -87,8 +86,8 @@ def assemble(cfg: Config, settings: dict[str, Any], fc: FlopCount, warm: list[fl
         "mfu": float(np.median(paired)),
         "mfu_steps": paired,
         "mfu_best": best_gflops / best_peak[dtype],
-        "mfu_best_float32": best_gflops / best_peak["float32"],
-        "mfu_best_bfloat16": best_gflops / best_peak["bfloat16"],
+        "mfu_best_float32": best_gflops / best_peak["float32"] if "float32" in best_peak else None,
+        "mfu_best_bfloat16": best_gflops / best_peak["bfloat16"] if "bfloat16" in best_peak else None,
         "gemm_ceiling": ceiling,
         "gemm_share": ceiling["seconds_per_step"] / st["min"] if ceiling else None,
         "non_gemm_share": max(0.0, 1 - ceiling["seconds_per_step"] / st["min"]) if ceiling else None,
@@ -111,13 +110,13 @@ def format_lines(r: dict[str, Any]) -> list[str]:
         f"{r['flops_per_step'] / 1e9:.1f} GFLOP per step",
         f"speed: {r['samples_per_s']:.2f} samples/s, {st['median']:.3f} s/step "
         f"(min {st['min']:.3f}, IQR {st['q1']:.3f}-{st['q3']:.3f}, max {st['max']:.3f}; {st['n']} steps)",
-        f"matmul peak (best of {len(r['peak_samples'])} samples): float32 {pk['float32']:.1f} GFLOP/s, "
-        f"bfloat16 {pk['bfloat16']:.1f} GFLOP/s",
+        f"matmul peak (best of {len(r['peak_samples'])} samples): "
+        + ", ".join(f"{dt} {v:.1f} GFLOP/s" for dt, v in pk.items()),
         f"MFU {r['mfu']:.3f} vs the {c['dtype']} peak: median of each step against the peak sampled "
         f"around it (range {min(r['mfu_steps']):.3f}-{max(r['mfu_steps']):.3f})",
         f"achieved: {r['achieved_gflops']:.1f} GFLOP/s at the median step, {r['achieved_gflops_best']:.1f} "
-        f"at the fastest; fastest step vs best peak: {r['mfu_best']:.3f} (vs float32 "
-        f"{r['mfu_best_float32']:.3f}, vs bfloat16 {r['mfu_best_bfloat16']:.3f})",
+        f"at the fastest; fastest step vs best peak: {r['mfu_best']:.3f}"
+        + "".join(f", vs {dt} {r[f'mfu_best_{dt}']:.3f}" for dt in pk if dt != c["dtype"]),
     ]
     if r["gemm_ceiling"]:
         g = r["gemm_ceiling"]

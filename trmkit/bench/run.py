@@ -11,10 +11,11 @@ import torch
 from trmkit import hardware
 from trmkit.bench.flops import flops_per_sample, model_gemms
 from trmkit.bench.memory import MB, memory_per_slot
-from trmkit.bench.peak import gemm_ceiling, machine_peak
+from trmkit.bench.peak import gemm_ceiling, machine_peak, peak_dtypes
 from trmkit.bench.results import assemble
 from trmkit.bench.session import BenchSession, bench_settings, build_session, resolve, timed_steps
 from trmkit.config import Config, ConfigError
+from trmkit.hardware.cpu import native_bf16
 from trmkit.hardware.report import format_bytes
 from trmkit.plan.calibrate import cached_calibration
 from trmkit.plan.choose import choose_budget
@@ -36,6 +37,7 @@ class BenchOptions:
     memory: bool = True  # measure MB per slot in two fresh subprocesses
     cache_dir: str | None = None  # the planner's measurement cache (its learned calibration)
     compile_target: str = "net"  # with run.compile=on: "net" (model.net) or "model"
+    all_peaks: bool = False  # sample every dtype's matmul peak, even one the CPU only emulates
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.warmup < 0:
@@ -101,9 +103,11 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
         mem = memory_per_slot(resolve(cfg)[0], settings["threads"], opts.compile_target)
     s = build_session(cfg, settings, opts.compile_target)
     warm = timed_steps(s, opts.warmup, log, "warm-up")
+    dtypes = peak_dtypes(settings["dtype"], native_bf16(hardware.probe().cpu.features), opts.all_peaks)
     log(f"bench: timed steps, each followed by a matmul peak sample (square {opts.peak_sizes}, "
-        f"{opts.peak_seconds:.1f} s per size and dtype)")
-    times, peaks = steps_with_peaks(s, opts.steps, opts.peak_sizes, opts.peak_seconds, log)
+        f"{opts.peak_seconds:.1f} s per size, {' and '.join(dtypes)}"
+        + ("" if len(dtypes) > 1 else ": this CPU has no native bf16, its peak is not sampled (--all-peaks)") + ")")
+    times, peaks = steps_with_peaks(s, opts.steps, opts.peak_sizes, opts.peak_seconds, log, dtypes)
     ceiling = None
     if opts.gemm_seconds > 0:
         log("bench: model-shaped GEMMs")
@@ -117,17 +121,17 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
 
 
 def steps_with_peaks(s: BenchSession, steps: int, peak_sizes: tuple[int, ...], peak_seconds: float,
-                     log: Log) -> tuple[list[float], list[dict[str, float]]]:
+                     log: Log, dtypes: tuple[str, ...]) -> tuple[list[float], list[dict[str, float]]]:
     """Timed steps with a matmul-peak sample before the first step and after each one.
 
     More samples make it likelier that one lands in a quiet moment of a shared
     machine; the samples around each step also give that step's own ratio.
     """
-    peaks = [machine_peak(peak_sizes, peak_seconds)]
+    peaks = [machine_peak(peak_sizes, peak_seconds, dtypes)]
     times: list[float] = []
     for i in range(steps):
         times += timed_steps(s, 1)
-        peaks.append(machine_peak(peak_sizes, peak_seconds))
-        log(f"step {i + 1}/{steps}: {times[-1]:.3f} s (peak float32 {peaks[-1]['float32']:.1f}, "
-            f"bfloat16 {peaks[-1]['bfloat16']:.1f} GFLOP/s)")
+        peaks.append(machine_peak(peak_sizes, peak_seconds, dtypes))
+        log(f"step {i + 1}/{steps}: {times[-1]:.3f} s (peak "
+            + ", ".join(f"{dt} {peaks[-1][dt]:.1f}" for dt in dtypes) + " GFLOP/s)")
     return times, peaks

@@ -48,6 +48,7 @@ FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, LABELS_FILE, CALIBRATION_FILE,
 FORMAT = "trmkit-email-bundle/1"
 NO_WEIGHTS = "train the run to the end first (`trmkit train`)"
 _COPY_CHUNK = 1 << 20
+DTYPE_PROBE_ROWS = 32  # messages the dtype measurement runs (twice per dtype): a cheap, representative slice
 
 
 @dataclass
@@ -158,12 +159,36 @@ class Classifier:
         self.batch_size, self.halt = batch_size, halt
         self.steps_run = 0  # supervision steps computed, summed over messages (for the ACT saving)
         self.messages_seen = 0
-        self.dtype = dtype  # "float32", "bfloat16" (autocast), or "auto": measured once, see choose_dtype
+        self.dtype = dtype  # "float32", "bfloat16" (autocast), or "auto": see choose_dtype
         self.log = None  # where choose_dtype reports its measurement
+        self.native_bf16: bool | None = None  # the CPU's bf16 instructions (the caller's hardware probe)
+        self.cache_dir: Path | None = None  # where a measured choice is kept per machine and model
 
     def choose_dtype(self, inputs: np.ndarray, log=None) -> str:
-        """bf16 only where this machine runs it at least 1.1x faster than float32 on a real batch and
-        the batch's labels agree (most CPUs without native bf16 run it slower): measured, never assumed."""
+        """float32 at once on a CPU without native bf16 instructions (bf16 would be emulated, several
+        times slower); elsewhere bf16 only where it measured at least 1.1x faster than float32 on a
+        slice of a real batch with the same labels, measured once per machine and model and cached."""
+        from trmkit.plan.cache import PREDICT_DTYPE_FILE, read_cache, write_cache
+
+        if not self.native_bf16:
+            self.dtype = "float32"
+            if log is not None:
+                log("predict: dtype=float32 (this CPU has no native bf16 instructions: bf16 would be emulated, "
+                    "so it is not measured)")
+            return self.dtype
+        key = f"{torch.__version__}|{json.dumps(asdict(self.model.cfg), sort_keys=True)}|{self.seq_len}"
+        cached = read_cache(self.cache_dir, PREDICT_DTYPE_FILE).get(key)
+        if cached in ("float32", "bfloat16"):
+            self.dtype = cached
+            if log is not None:
+                log(f"predict: dtype={cached} (measured on this machine before; cache {self.cache_dir})")
+            return self.dtype
+        self.dtype = self.measure_dtype(inputs[:DTYPE_PROBE_ROWS], log)
+        write_cache(self.cache_dir, PREDICT_DTYPE_FILE, key, self.dtype)
+        return self.dtype
+
+    def measure_dtype(self, inputs: np.ndarray, log=None) -> str:
+        """float32 against bf16 on `inputs` (the measurement's steps are not counted as work)."""
         times, labels, counted = {}, {}, self.steps_run
         for dtype in ("float32", "bfloat16"):
             self.dtype = dtype

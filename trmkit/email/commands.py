@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--batch", type=int, default=256, help="messages per model batch")
     s.add_argument("--no-halt", action="store_true", help="run every message through all N_sup steps")
     s.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="auto: bf16 only if measured >= 1.1x faster here on the first batch, with equal labels")
+                   help="auto: float32 on a CPU without native bf16; else bf16 only if measured >= 1.1x faster "
+                        "here (once per machine and model, cached) with equal labels")
     s = sub.add_parser("export", help="write a bundle: weights, tokenizer, labels, calibration, model card")
     s.add_argument("run_dir")
     s.add_argument("--out", required=True, help="bundle folder to create")
@@ -70,11 +71,13 @@ def input_messages(inputs: list[str], fmt: str, report):
 def run_predict(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
     from trmkit.email.bundle import Classifier, predict_stream
+    from trmkit.hardware.cpu import native_bf16, probe_cpu
     from trmkit.hardware.memory import PeakMeter
 
     meter = PeakMeter().start()
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
+    clf.native_bf16, clf.cache_dir = native_bf16(probe_cpu().features), args.cache_dir
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     out_path = Path(args.out) if args.out else None
     t0 = time.perf_counter()

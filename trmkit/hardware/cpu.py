@@ -115,3 +115,9 @@ def probe_cpu(root: str = "/", system: str | None = None, machine: str | None = 
     cores, source = effective_cores(logical, affinity, quota)
     return CpuInfo(model or platform.processor() or "unknown", psutil.cpu_count(logical=False), logical,
                    affinity, quota, cores, source, features, rosetta)
+
+
+def native_bf16(features: CpuFeatures) -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16, AMX or ARM BF16); without them torch
+    emulates bf16 and it runs slower than float32, so it is not even measured."""
+    return bool(features.avx512_bf16 or features.amx_bf16 or features.arm_bf16)

@@ -123,8 +123,11 @@ class Progress:
         width: int | None = None,
         redraw_seconds: float = 0.5,
         smoothing: float = 0.3,
+        time_limit_s: float = 0.0,
     ) -> None:
         self.total_steps = total_steps
+        self.time_limit_s = time_limit_s  # the run's wall-clock budget (train.max_minutes), 0 = none
+        self._start = clock()
         self.is_tty = is_tty
         self.every_seconds = every_seconds if not is_tty else redraw_seconds
         self._log, self._clock = log, clock
@@ -140,10 +143,14 @@ class Progress:
         return new if old is None else (1 - self._alpha) * old + self._alpha * new
 
     def eta_seconds(self, step: int) -> float | None:
-        """Remaining steps / smoothed steps per second; None before a rate is known."""
+        """Remaining steps / smoothed steps per second, or the time left of the run's wall-clock
+        budget when that ends it first; None before a rate is known."""
         if not self._steps_per_s:
             return None
-        return max(self.total_steps - step, 0) / self._steps_per_s
+        by_steps = max(self.total_steps - step, 0) / self._steps_per_s
+        if self.time_limit_s:
+            return min(by_steps, max(0.0, self.time_limit_s - (self._clock() - self._start)))
+        return by_steps
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
         """Call every step (cheap); a line is shown only when the interval has passed."""

@@ -15,6 +15,7 @@ from trmkit.files import write_json
 SPEED_FILE = "speed.json"  # seconds per network call, per machine, torch, shape and dtype (measure.py)
 COMPILE_FILE = "compile.json"  # torch.compile's cost and gain, per machine and shape (measure.py)
 CALIBRATION_FILE = "memory_calibration.json"  # the memory model's constants, per config (calibrate.py)
+PREDICT_DTYPE_FILE = "predict_dtype.json"  # a classifier's inference dtype, per machine and model (email/bundle.py)
 
 
 def read_cache(cache_dir: str | Path | None, name: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import torch
 from trmkit.config import Config, ConfigError, ModelConfig, parse_size
 from trmkit.hardware import HardwareInfo, effective_available
 from trmkit.hardware.allocator import KEEP_TRIM_THRESHOLD
+from trmkit.hardware.cpu import native_bf16
 from trmkit.hardware.report import format_bytes
 from trmkit.model.layers import fused_inference_works
 from trmkit.plan.measure import BUSY_PERCENT, compile_timing, minutes, step_seconds
@@ -271,16 +272,11 @@ def choose_workers() -> Choice:
 
 # ----------------------------------------------------------------------------- dtype and compile
 
-def _has_native_bf16(hw: HardwareInfo) -> bool:
-    f = hw.cpu.features
-    return bool(f.avx512_bf16 or f.amx_bf16 or f.arm_bf16)
-
-
 def dtypes_to_time(cfg: Config, hw: HardwareInfo) -> tuple[str, ...]:
     """bf16 is timed only where it is 'auto' and the CPU has native bf16 instructions."""
     if cfg.run.dtype != "auto":
         return (cfg.run.dtype,)
-    return ("float32", "bfloat16") if _has_native_bf16(hw) else ("float32",)
+    return ("float32", "bfloat16") if native_bf16(hw.cpu.features) else ("float32",)
 
 
 def choose_dtype(cfg: Config, hw: HardwareInfo, device: str, speeds: dict | None, bench: int) -> Choice:
@@ -307,6 +303,17 @@ def choose_dtype(cfg: Config, hw: HardwareInfo, device: str, speeds: dict | None
     return Choice("float32", f"{measured}: bf16 is not at least {BF16_MIN_SPEEDUP:.1f}x faster here")
 
 
+def expected_run(cfg: Config, step_s: float) -> tuple[float, str]:
+    """Seconds of training the run will get at `step_s` per step: max_steps, or the wall-clock
+    budget (train.max_minutes) when that ends it first; and the same in words."""
+    by_steps = step_s * cfg.train.max_steps
+    limit = 60 * cfg.train.max_minutes
+    if limit and limit < by_steps:
+        return limit, (f"train.max_minutes={cfg.train.max_minutes:g} ends it after ~{int(limit / step_s):,} "
+                       f"of {cfg.train.max_steps:,} steps")
+    return by_steps, f"~{minutes(by_steps)} for {cfg.train.max_steps:,} steps at ~{step_s:.2g} s each"
+
+
 def choose_compile(cfg: Config, hw: HardwareInfo, device: str, dtype: str, micro: int, threads: int,
                    step_s: float | None, cache_dir: str | Path | None, log: Log) -> Choice:
     """torch.compile only where it works here and its measured saving pays for its compile time."""
@@ -314,10 +321,9 @@ def choose_compile(cfg: Config, hw: HardwareInfo, device: str, dtype: str, micro
         return Choice(cfg.run.compile == "on", "set in the config (run.compile)")
     if step_s is None:
         return Choice(False, "no step-time measurement to weigh the compile time against; set run.compile=on to try")
-    run_s = step_s * cfg.train.max_steps
+    run_s, length = expected_run(cfg, step_s)
     if run_s < COMPILE_SHORT_RUN_S:
-        return Choice(False, f"short run (~{minutes(run_s)} for {cfg.train.max_steps} steps): "
-                             f"compiling takes minutes on a CPU and could not pay back")
+        return Choice(False, f"short run ({length}): compiling takes minutes on a CPU and could not pay back")
     result = compile_timing(cfg.model, hw, device, dtype, micro, threads, cache_dir, log, run_s)
     if "error" in result:
         return Choice(False, f"torch.compile does not work here: {result['error']}")
@@ -325,7 +331,7 @@ def choose_compile(cfg: Config, hw: HardwareInfo, device: str, dtype: str, micro
     cost = COMPILE_PAYBACK * result["compile_seconds"]  # x2: evaluation shapes compile again
     numbers = (f"measured {result['eager'] * 1e3:.0f} -> {result['compiled'] * 1e3:.0f} ms per call, "
                f"compile {result['compile_seconds']:.0f} s; saves ~{minutes(max(0.0, saving))} "
-               f"over {cfg.train.max_steps} steps")
+               f"over the run ({length})")
     if result.get("busy_percent", 0.0) >= BUSY_PERCENT:
         numbers += f"; measured while other processes used {result['busy_percent']:.0f}% of the CPU"
     return Choice(saving > cost, numbers + (" (pays back)" if saving > cost else " (does not pay back)"))

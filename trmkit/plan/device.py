@@ -20,10 +20,25 @@ def choose_device(requested: str, hw: HardwareInfo) -> Choice:
     return Choice("cpu", "no CUDA device found")
 
 
-def choose_threads(requested: int, hw: HardwareInfo, ranks_here: int = 1) -> tuple[Choice, Choice]:
-    """Intra-op threads (one per usable core, the cores shared by the ranks on this machine) and
-    inter-op threads (1)."""
+BUSY_CORE = 0.6  # another process using this share of a core keeps it busy for the plan
+
+
+def choose_threads(requested: int, hw: HardwareInfo, ranks_here: int = 1,
+                   others_busy: float = 0.0) -> tuple[Choice, Choice]:
+    """Intra-op threads (one per usable core that other processes leave free, the cores shared by
+    the ranks on this machine) and inter-op threads (1).
+
+    others_busy: cores' worth of CPU other processes used while the plan was made. A thread whose
+    core is busy stalls the whole step at every OpenMP barrier: beside two busy loops on 2 cores a
+    2-thread network call took 65-646 ms, a 1-thread one 62 ms (24 and 42 ms on idle cores)."""
     cores = hw.cpu.effective_cores
+    busy = int(others_busy / BUSY_CORE) if others_busy >= BUSY_CORE else 0
+    if requested <= 0 and ranks_here == 1 and busy and cores > 1:
+        free = max(1, cores - busy)
+        intra = Choice(free, f"{free} of the {cores} usable cores: other processes kept ~{others_busy:.1f} cores "
+                             "busy while the plan was made, and a thread on a busy core stalls every step "
+                             "(set run.threads to override)")
+        return intra, Choice(1, "a step is one chain of dependent ops: a second pool would only compete for the cores")
     if requested <= 0 and ranks_here > 1:
         extra = "; fewer cores than processes, so they will wait on each other" if cores < ranks_here else ""
         intra = Choice(max(1, cores // ranks_here), f"the {cores} usable cores ({hw.cpu.effective_source}) "

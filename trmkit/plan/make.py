@@ -29,9 +29,9 @@ from trmkit.hardware.report import format_bytes
 from trmkit.plan.calibrate import cached_calibration, calibrate_memory
 from trmkit.plan.choose import (RETURNS_FREED, TIGHT_BUDGET, choose_accumulation, choose_budget, choose_compile,
                                 choose_dtype, choose_eval_batch, choose_fused_inference, choose_keep_freed_memory,
-                                choose_micro_batch, choose_workers, dtypes_to_time, share_budget)
+                                choose_micro_batch, choose_workers, dtypes_to_time, expected_run, share_budget)
 from trmkit.plan.device import choose_device, choose_threads
-from trmkit.plan.measure import speed_table, step_seconds
+from trmkit.plan.measure import others_cpu_percent, speed_table, step_seconds
 from trmkit.plan.memory_model import Calibration, MemoryContext, process_baseline
 from trmkit.plan.objects import Choice, MemoryEstimate, Plan
 
@@ -68,7 +68,9 @@ def make_plan(cfg: Config, hw: HardwareInfo,
     are shared by `ranks_here` processes."""
     check_sequence(cfg, saved_config)
     device = choose_device(cfg.run.device, hw)
-    threads, interop = choose_threads(cfg.run.threads, hw, ranks_here)
+    auto_cpu = cfg.run.threads <= 0 and ranks_here == 1 and device.value == "cpu"
+    busy = others_cpu_percent() / 100 * hw.cpu.effective_cores if auto_cpu else 0.0  # cores others use now
+    threads, interop = choose_threads(cfg.run.threads, hw, ranks_here, busy)
     on_gpu = device.value == "cuda"
     budget = share_budget(choose_budget(hw, cfg.run.memory_budget, on_gpu), ranks_here, on_gpu)
     speeds, bench = (None, 1) if on_gpu else speed_table(cfg, hw, threads.value, device.value,
@@ -95,7 +97,16 @@ def make_plan(cfg: Config, hw: HardwareInfo,
                 fused_inference=fused, trim_threshold=trim, estimate=estimate)
     for line in plan.lines():
         log(f"plan: {line}")
+    if step_s is not None:
+        log(f"plan: {step_time_line(cfg, step_s)}")
     return plan
+
+
+def step_time_line(cfg: Config, step_s: float) -> str:
+    """What the run will take, said before the first step (from the measured speed of a network call)."""
+    _, length = expected_run(cfg, step_s)
+    return (f"time ~{step_s:.3g} s per optimizer step at batch {cfg.train.batch_size} (from the measured speed "
+            f"of one network call; evaluation and checkpoints extra): {length}")
 
 
 def _memory_context(cfg: Config, hw: HardwareInfo, budget: Choice, dtype: str, calib: Calibration,

@@ -51,7 +51,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     peak = s.run.meter.process_peak
     sampler, clock, watch = monitor.SystemSampler(peak_bytes=peak), Clock(), monitor.ThroughputWatch()
     progress = monitor.Progress(s.cfg.train.max_steps, is_tty and main, log=log,
-                                sampler=monitor.SystemSampler(peak_bytes=peak), cores=int(s.run.plan.threads.value))
+                                sampler=monitor.SystemSampler(peak_bytes=peak), cores=int(s.run.plan.threads.value),
+                                time_limit_s=60 * s.cfg.train.max_minutes)
     out = Monitors(loggers, progress, sampler, watch)
     with graceful_stop(log) as stop:
         evals = _run_steps(s, clock, out, stop, log)
