@@ -43,8 +43,8 @@ def _run_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_scorer(cfg: config_mod.Config, log=print):
-    """The scorer of the task that built the run's store (None: generic metrics only)."""
+def _store_task(cfg: config_mod.Config, log=print):
+    """The task that built the run's store (None: an unknown task, generic metrics only)."""
     from trmkit import registry
     from trmkit.data.store import META_FILE, StoreError, read_meta
 
@@ -55,11 +55,17 @@ def _task_scorer(cfg: config_mod.Config, log=print):
         except StoreError:
             continue
         try:
-            return registry.get(name).scorer
+            return registry.get(name)
         except KeyError:
             log(f"task: {name!r} is not a registered task; evaluation reports the generic metrics only")
             return None
     return None
+
+
+def _task_hooks(cfg: config_mod.Config, log=print) -> dict:
+    """What the store's task plugs into the trainer: its scorer and its generator."""
+    task = _store_task(cfg, log)
+    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None}
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -120,7 +126,7 @@ def _train(args: argparse.Namespace, world) -> int:
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
         session = prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(),
-                          scorer=_task_scorer(cfg, log), world=world)
+                          world=world, **_task_hooks(cfg, log))
         loop.train(session, is_tty=sys.stdout.isatty() and world.main, log=log)
     except RuntimeError as err:
         if not (world.active and distributed.is_peer_failure(err)):
@@ -171,6 +177,9 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="evaluate at most N test examples")
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the evaluation may use: 2GB, 2GiB, 512MB (overrides run.memory_budget)")
+    p.add_argument("--steps", default=None, metavar="K[,K...]",
+                   help="supervision steps per example (more thinking at test time; default: the run's N_sup); "
+                        "several, e.g. 8,16,32,64, give a curve, kept in RUN_DIR/eval_steps.json for the report")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -186,10 +195,10 @@ def _run_eval(args: argparse.Namespace) -> int:
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
     stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the JSON result)
     session = prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(),
-                      scorer=_task_scorer(cfg, stderr), evaluate_only=True)
+                      evaluate_only=True, **_task_hooks(cfg, stderr))
     evaluate.load_weights(session, run_dir)
     with session.run.meter.phase("eval"):
-        result = evaluate.run_eval(session, args.limit, log=stderr)
+        result = evaluate.eval_at_steps(session, evaluate.parse_steps(args.steps), args.limit, log=stderr)
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=stderr)

@@ -53,8 +53,12 @@ class ModelConfig:
     L_cycles: int = 6  # n: z_L updates per cycle
     halt_max_steps: int = 16  # N_sup: supervision steps per sample
     halt_exploration_prob: float = 0.1  # chance of a random minimum number of steps
-    mixer: str = "mlp_t"  # "mlp_t" (SwiGLU over the sequence axis) or "attention"
-    expansion: float = 4.0  # SwiGLU width = expansion * 2/3 * D, rounded up to 256
+    mixer: str = "mlp_t"  # "mlp_t" (SwiGLU over the sequence axis), "attention", or "conv" (3 x 3 over an H x W grid)
+    expansion: float = 4.0  # SwiGLU width = expansion * 2/3 * D, rounded up to 256 (unless mlp_width)
+    mlp_width: int = 0  # the channel SwiGLU's hidden width, set explicitly (0 = the expansion rule above)
+    conv_dense: bool = False  # mixer=conv: a dense 3 x 3 convolution (D x D per tap) instead of depthwise
+    grid_height: int = 0  # mixer=conv: the grid's rows, from the store's meta.json (seq_len = rows x columns)
+    grid_width: int = 0  # mixer=conv: the grid's columns, from the store's meta.json
     puzzle_emb_len: int = 16  # learned prefix positions holding the puzzle embedding
     puzzle_emb_dim: int = 0  # values learned per puzzle, zero-padded to puzzle_emb_len * D (0 = all of them)
     rms_norm_eps: float = 1e-5  # epsilon of the weightless RMSNorm
@@ -67,16 +71,7 @@ class ModelConfig:
     #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
 
     def __post_init__(self) -> None:
-        if self.mixer not in ("mlp_t", "attention"):
-            raise ConfigError(f"model.mixer={self.mixer!r}: use 'mlp_t' or 'attention'")
-        if self.mixer == "attention" and self.hidden_size % self.num_heads:
-            raise ConfigError(
-                f"model.hidden_size={self.hidden_size} is not divisible by "
-                f"model.num_heads={self.num_heads}: set model.num_heads to a divisor "
-                f"such as {_nearest_divisor(self.hidden_size, self.num_heads)}"
-            )
-        if self.mixer == "attention" and (self.hidden_size // self.num_heads) % 2:
-            raise ConfigError("model.hidden_size / model.num_heads must be even for rotary positions")
+        self._check_mixer()
         for name in ("hidden_size", "L_layers", "H_cycles", "L_cycles", "halt_max_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
@@ -88,6 +83,35 @@ class ModelConfig:
         if self.num_classes < 0 or self.num_classes == 1:
             raise ConfigError(f"model.num_classes={self.num_classes}: a classifier needs at least 2 classes "
                               "(0 = a grid task's token head)")
+        if self.mlp_width < 0:
+            raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
+
+    def _check_mixer(self) -> None:
+        if self.mixer not in ("mlp_t", "attention", "conv"):
+            raise ConfigError(f"model.mixer={self.mixer!r}: use 'mlp_t', 'attention' or 'conv'")
+        if self.mixer == "conv":
+            self._check_grid()
+        if self.mixer == "attention" and self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_heads={self.num_heads}: set model.num_heads to a divisor "
+                f"such as {_nearest_divisor(self.hidden_size, self.num_heads)}"
+            )
+        if self.mixer == "attention" and (self.hidden_size // self.num_heads) % 2:
+            raise ConfigError("model.hidden_size / model.num_heads must be even for rotary positions")
+
+    def _check_grid(self) -> None:
+        """mixer=conv: the sequence is the grid itself (no prefix, no positions)."""
+        if self.puzzle_emb_len:
+            raise ConfigError(f"model.mixer=conv convolves the grid itself: set model.puzzle_emb_len=0 "
+                              f"(got {self.puzzle_emb_len}; a convolution needs no puzzle prefix or positions)")
+        if self.num_classes:
+            raise ConfigError("model.mixer=conv is for grid tasks (one output per cell): a classifier needs "
+                              "mixer=mlp_t or attention")
+        filled = self.grid_height and self.grid_width and self.seq_len
+        if filled and self.grid_height * self.grid_width != self.seq_len:
+            raise ConfigError(f"model.grid_height x grid_width = {self.grid_height} x {self.grid_width} is not "
+                              f"model.seq_len={self.seq_len}: the grid comes from the store's meta.json")
 
 
 @dataclass
@@ -96,6 +120,16 @@ class DataConfig:
 
     path: str = ""  # dataset root holding train/ and test/ split directories
     eval_limit: int = 0  # evaluate on at most this many test examples (0 = all)
+    stream: str = "store"  # "store": sample the training split; "generate": fresh examples from the task's
+    #                        generator at every step (seeded, resumable; the store gives shapes and the test set)
+    curriculum_samples: int = 0  # stream=generate: samples over which the task's generator ramps from easy
+    #                              to the store's difficulty (0: the store's difficulty from the first sample)
+
+    def __post_init__(self) -> None:
+        if self.stream not in ("store", "generate"):
+            raise ConfigError(f"data.stream={self.stream!r}: use 'store' or 'generate'")
+        if self.curriculum_samples < 0:
+            raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
 
 
 @dataclass
@@ -124,6 +158,10 @@ class TrainConfig:
     keep_checkpoints: int = 3  # rotation keeps the last K (plus the best)
     best_metric: str = "exact_accuracy"  # eval metric that marks the best checkpoint
     class_weighting: str = "none"  # "none" or "balanced": each label's loss weighted by N / (K * count)
+    class_weights: str = ""  # e.g. "o=2.5": these labels' loss (vocabulary names) scaled, which moves their
+    #                          decision threshold (a rare label the argmax would never pick)
+    mask_given: bool = False  # cells whose input is one of the store's given_tokens (a maze's walls, S, G)
+    #                           carry no loss and count in no metric: their answer is the input itself
     restore_best: bool = False  # end with the weights of the best evaluation (needs a validation split)
     early_stop_evals: int = 0  # stop after this many evaluations without a better best_metric (0 = never)
 
@@ -143,6 +181,22 @@ class TrainConfig:
             raise ConfigError(f"train.class_weighting={self.class_weighting!r}: use 'none' or 'balanced'")
         if self.early_stop_evals < 0:
             raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
+        parse_weights(self.class_weights)
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """train.class_weights "o=2.5,#=0.5" -> {"o": 2.5, "#": 0.5}; an error names the bad part."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.rpartition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name or out[name] <= 0:
+            raise ConfigError(f"train.class_weights: {part!r} is not NAME=WEIGHT with a positive weight "
+                              "(e.g. train.class_weights=o=2.5)")
+    return out
 
 
 @dataclass

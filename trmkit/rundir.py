@@ -13,6 +13,7 @@ A run directory (`run.dir`) holds:
     tensorboard/         TensorBoard event files (when tensorboard is installed)
     classification.json, classification-val.json, calibration.json   a classifier's answers and calibration
     submission.json      an ARC run's answers in the ARC Prize format
+    eval_steps.json      `trmkit eval --steps K,K,...`: metrics against test-time supervision steps, per store
 
 Nothing else in trmkit spells these names: it imports them from here. The module sits at
 the bottom of the house (beside config and files) so that the monitor, the tasks, the
@@ -44,6 +45,7 @@ CLASSIFICATION = "classification.json"  # a classifier's test answers (tasks/cla
 CLASSIFICATION_VAL = "classification-val.json"  # the same on the validation split (calibration is fitted on it)
 CALIBRATION = "calibration.json"  # the temperature fitted on validation answers
 SUBMISSION = "submission.json"  # an ARC run's answers
+EVAL_STEPS = "eval_steps.json"  # `trmkit eval --steps 8,16,...`: accuracy against supervision steps, per store
 
 # inside checkpoints/
 CHECKPOINT_TENSORS = "tensors.safetensors"

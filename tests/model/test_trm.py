@@ -189,7 +189,7 @@ def test_fused_inference_matches_the_plain_network_under_bf16(mixer):
         pytest.skip(fused_inference_works())
     torch.manual_seed(0)
     model = TRM(tiny_cfg(mixer=mixer, hidden_size=64, L_layers=2))
-    net, rope = model.net, model._rope(model.seq_total)
+    net, rope = model.net, model._positions(model.seq_total)
     h, inj = torch.randn(4, model.seq_total, 64), torch.randn(4, model.seq_total, 64)
     calls = []
     for block in net.blocks:
@@ -219,7 +219,7 @@ def test_fused_inference_recasts_weights_after_an_update():
     if fused_inference_works():
         pytest.skip(fused_inference_works())
     torch.manual_seed(0)
-    mlp = SwiGLU(64, 4.0)
+    mlp = SwiGLU(64, 256)
     x = torch.randn(8, 64).to(torch.bfloat16)
     with torch.no_grad():
         before = mlp.fused_residual(x)
@@ -238,3 +238,45 @@ def test_fused_inference_probe_leaves_the_random_state_alone():
     torch.manual_seed(5)
     fused_inference_works()
     assert torch.equal(torch.rand(3), expected)
+
+
+def conv_cfg(side: int = 5, **kw) -> ModelConfig:
+    return tiny_cfg(mixer="conv", puzzle_emb_len=0, seq_len=side * side, grid_height=side, grid_width=side, **kw)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_the_conv_mixer_mixes_only_grid_neighbours_and_trains(dense):
+    torch.manual_seed(0)
+    model = TRM(conv_cfg(conv_dense=dense, L_cycles=1, H_cycles=1))
+    conv = model.net.blocks[0].mix
+    assert conv.weight.shape == (32, 1 if not dense else 32, 3, 3)
+    h = torch.zeros(1, 25, 32, requires_grad=True)
+    out = conv(h, (5, 5))
+    assert out.shape == (1, 25, 32)
+    out[0, 12].sum().backward()  # the centre cell of the 5 x 5 grid
+    touched = (h.grad[0].abs().sum(-1) > 0).view(5, 5)
+    assert touched.tolist() == [[r in (1, 2, 3) and c in (1, 2, 3) for c in range(5)] for r in range(5)]
+    carry = model.initial_carry(3)
+    x = torch.randint(1, 11, (3, 25))
+    z_H, z_L, logits, q = model(carry.z_H, carry.z_L, x, torch.zeros(3, dtype=torch.long))
+    assert logits.shape == (3, 25, 11) and q.shape == (3,) and z_H.shape == (3, 25, 32)
+    logits.float().sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p is not model.q_head.weight
+               and p is not model.q_head.bias)
+
+
+def test_a_conv_model_runs_on_a_larger_grid_with_the_same_weights():
+    torch.manual_seed(0)
+    small = TRM(conv_cfg(5))
+    big = TRM(conv_cfg(9))
+    big.load_state_dict(small.state_dict())  # no positions, no prefix: nothing depends on the grid's size
+    carry = big.initial_carry(2)
+    _, _, logits, q = big(carry.z_H, carry.z_L, torch.randint(1, 11, (2, 81)), torch.zeros(2, dtype=torch.long))
+    assert logits.shape == (2, 81, 11) and torch.isfinite(q).all()
+
+
+def test_conv_needs_its_grid_and_no_prefix():
+    with pytest.raises(Exception, match="puzzle_emb_len=0"):
+        tiny_cfg(mixer="conv")
+    with pytest.raises(ValueError, match="grid_shape"):
+        TRM(tiny_cfg(mixer="conv", puzzle_emb_len=0))

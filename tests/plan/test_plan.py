@@ -69,14 +69,15 @@ def test_estimate_within_the_documented_error_of_measured_peak_rss(measured_peak
     assert -TOLERANCE[name] < error < max(TOLERANCE[name], OVER_TOLERANCE)
 
 
-@pytest.mark.parametrize("mixer", ["mlp_t", "attention"])
+@pytest.mark.parametrize("mixer", ["mlp_t", "attention", "conv"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_activation_formula_matches_what_autograd_saves(mixer, dtype):
     """net_call_bytes counts the tensors autograd keeps for one network call (weights excluded)."""
-    m = ModelConfig(hidden_size=64, num_heads=4, mixer=mixer, **SUDOKU)
+    grid = dict(puzzle_emb_len=0, grid_height=9, grid_width=9) if mixer == "conv" else {}
+    m = ModelConfig(hidden_size=64, num_heads=4, mixer=mixer, **SUDOKU, **grid)
     S, B = memory_model.seq_total(m), 2
-    net = Network(64, S, m.L_layers, mixer, 4, m.expansion, m.rms_norm_eps)
-    rope = rotary_tables(S, 16, m.rope_theta) if mixer == "attention" else None
+    net = Network(m, S)
+    rope = rotary_tables(S, 16, m.rope_theta) if mixer == "attention" else (9, 9) if mixer == "conv" else None
     weights = {p.untyped_storage().data_ptr() for p in net.parameters()}
     saved: dict[int, int] = {}
 
@@ -96,7 +97,9 @@ def test_activation_formula_matches_what_autograd_saves(mixer, dtype):
 
 
 def test_parameter_count_matches_the_model():
-    for kw in (dict(hidden_size=512), dict(hidden_size=96, mixer="attention", num_heads=4)):
+    conv = dict(mixer="conv", puzzle_emb_len=0, grid_height=9, grid_width=9, hidden_size=64)
+    for kw in (dict(hidden_size=512), dict(hidden_size=96, mixer="attention", num_heads=4), conv,
+               {**conv, "conv_dense": True, "mlp_width": 128}):
         m = ModelConfig(**kw, **SUDOKU)
         assert memory_model.count_parameters(m) == TRM(m).num_parameters()
 

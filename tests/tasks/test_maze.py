@@ -95,21 +95,42 @@ def test_build_store_and_eval_only_store(tmp_path):
     assert sorted(open_store(tmp_path / "e")) == ["test"]
 
 
+class TinySplit:  # only what the scorer reads
+    class meta:
+        seq_len = 9
+        grid_shape = (3, 3)
+
+
 def test_scorer_counts_another_shortest_path_as_valid_not_exact(tmp_path):
     q = maze.parse("S  " "   " "  G", allow_path=False)
     label = maze.parse("Soo" "  o" "  G", allow_path=True)
     other = maze.parse("S  " "o  " "ooG", allow_path=True)
     wrong = maze.parse("So " "   " "  G", allow_path=True)
-
-    class Split:  # only what the scorer reads
-        class meta:
-            seq_len = 9
-
-    scorer = maze.MazeScorer(Split)
+    scorer = maze.MazeScorer(TinySplit)
     batch = Batch(inputs=np.stack([q.ravel()] * 3), labels=np.stack([label.ravel()] * 3),
                   puzzle_ids=np.zeros(3, np.int64))
     scorer.add(batch, np.stack([label.ravel(), other.ravel(), wrong.ravel()]), np.zeros(3))
-    assert scorer.result() == {"valid_path_accuracy": 2 / 3, "other_shortest_paths": 1}
+    r = scorer.result()
+    assert r["valid_path_accuracy"] == 2 / 3 and r["other_shortest_paths"] == 1
+    # path cells: 3 per maze; marked 3 + 3 + 1, of them on the label's path 3 + 0 + 1
+    assert r["path_precision"] == pytest.approx(4 / 7) and r["path_recall"] == pytest.approx(4 / 9)
+
+
+def test_marks_on_given_cells_are_not_marks_and_the_open_cell_loss_has_its_bound():
+    q = maze.parse("S #" "  #" "  G", allow_path=False)
+    label = maze.parse("So#" "oo#" "  G", allow_path=True)  # not a real shortest path: only cells count here
+    pred = label.copy()
+    pred[0, 2] = maze.PATH  # a mark on a wall: the input gives that cell, the mark is ignored
+    scorer = maze.MazeScorer(TinySplit)
+    confident = np.full((1, 9, 6), -50.0)
+    confident[0, np.arange(9), label.ravel()] = 50.0  # every open cell right, with high probability
+    scorer.add(Batch(inputs=q.reshape(1, 9), labels=label.reshape(1, 9), puzzle_ids=np.zeros(1, np.int64)),
+               pred.reshape(1, 9), np.zeros(1), logits=confident)
+    r = scorer.result()
+    assert r["path_precision"] == 1.0 and r["path_recall"] == 1.0
+    p = 3 / 5  # 3 path cells among the 5 open ones
+    assert r["base_rate_loss"] == pytest.approx(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
+    assert r["open_cell_loss"] < 0.1 * r["base_rate_loss"] and r["loss_over_base_rate"] < 0.1
 
 
 def test_cli_builds_a_maze_store(tmp_path):

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trmkit.config import ConfigError, ModelConfig
-from trmkit.model.layers import swiglu_width
+from trmkit.model.layers import channel_width, swiglu_width
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,11 @@ def swiglu_flops(rows: int, d: int, width: int) -> int:
 def layer_flops(cfg: ModelConfig) -> int:
     """Forward FLOPs of one block for one sample (see the module docstring)."""
     S, D = cfg.puzzle_emb_len + cfg.seq_len, cfg.hidden_size
-    channel = swiglu_flops(S, D, swiglu_width(D, cfg.expansion))
+    channel = swiglu_flops(S, D, channel_width(cfg))
     if cfg.mixer == "mlp_t":
         mixer = swiglu_flops(D, S, swiglu_width(S, cfg.expansion))  # (B*D, S) rows after transpose
+    elif cfg.mixer == "conv":  # 9 taps per cell: a convolution, not a matmul (see the module docstring)
+        mixer = 2 * S * 9 * D * (D if cfg.conv_dense else 1)
     else:
         mixer = 2 * S * D * 3 * D + 2 * S * S * D + 2 * S * S * D + 2 * S * D * D
     return mixer + channel
@@ -99,12 +101,14 @@ def model_gemms(cfg: ModelConfig, batch: int) -> list[Gemm]:
     S, D, e = cfg.puzzle_emb_len + cfg.seq_len, cfg.hidden_size, cfg.expansion
     fc = flops_per_sample(cfg)
     fwd, bwd = cfg.L_layers * (fc.calls_no_grad + fc.calls_grad), cfg.L_layers * fc.calls_grad
-    wd = swiglu_width(D, e)
+    wd = channel_width(cfg)
     linears = [("mlp.gate", batch * S, D, wd), ("mlp.up", batch * S, D, wd), ("mlp.down", batch * S, wd, D)]
     if cfg.mixer == "mlp_t":
         ws = swiglu_width(S, e)
         linears += [("mix.gate", batch * D, S, ws), ("mix.up", batch * D, S, ws),
                     ("mix.down", batch * D, ws, S)]
+    elif cfg.mixer == "conv":  # a dense 3 x 3 convolution as the matmul it lowers to (im2col); depthwise: none
+        linears += [("conv (im2col)", batch * S, 9 * D, D)] if cfg.conv_dense else []
     else:
         linears += [("attn.qkv", batch * S, D, 3 * D), ("attn.out", batch * S, D, D)]
     gemms = []

@@ -99,11 +99,14 @@ class StoreMeta:
     source: str
     build: dict[str, Any] = field(default_factory=dict)
     classes: tuple[str, ...] = ()  # a classify task's class names; its label ids index them
+    grid_shape: tuple[int, int] | None = None  # (rows, columns) of a grid task's row-major sequence
+    given_tokens: tuple[int, ...] = ()  # input tokens the answer repeats as they are (a maze's walls, S, G)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        names = [f for f in cls.__dataclass_fields__ if f not in ("build", "classes")]
+        optional = ("build", "classes", "grid_shape", "given_tokens")
+        names = [f for f in cls.__dataclass_fields__ if f not in optional]
         missing = [k for k in names if k not in data]
         if missing:
             raise StoreError(f"{where}: missing key(s) {missing}; {REBUILD_HINT}")
@@ -114,8 +117,14 @@ class StoreMeta:
         kwargs = {k: data[k] for k in names}
         kwargs["vocab"] = tuple(str(v) for v in data["vocab"])
         kwargs["dtypes"] = {str(k): str(v) for k, v in data["dtypes"].items()}
+        grid = data.get("grid_shape")
         meta = cls(**kwargs, build=dict(data.get("build", {})),
-                   classes=tuple(str(c) for c in data.get("classes", ())))
+                   classes=tuple(str(c) for c in data.get("classes", ())),
+                   grid_shape=(int(grid[0]), int(grid[1])) if grid else None,
+                   given_tokens=tuple(int(t) for t in data.get("given_tokens", ())))
+        if grid and meta.grid_shape[0] * meta.grid_shape[1] != meta.seq_len:
+            raise StoreError(f"{where}: grid_shape {list(grid)} does not hold seq_len={meta.seq_len} cells; "
+                             f"{REBUILD_HINT}")
         if len(meta.vocab) != meta.vocab_size:
             raise StoreError(f"{where}: vocab has {len(meta.vocab)} entries but vocab_size={meta.vocab_size}")
         return meta
@@ -124,10 +133,11 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
-        if self.classes:
-            data["classes"] = list(self.classes)
-        else:
-            del data["classes"]
+        for key in ("classes", "grid_shape", "given_tokens"):
+            if data[key]:
+                data[key] = list(data[key])
+            else:
+                del data[key]
         return data
 
     def decode(self, tokens: Sequence[int] | np.ndarray) -> list[str]:

@@ -1,4 +1,4 @@
-"""Building blocks of the TRM network: RMSNorm, SwiGLU, rotary attention, blocks.
+"""Building blocks of the TRM network: RMSNorm, SwiGLU, rotary attention, grid convolution, blocks.
 
 Departures from / choices beyond the paper (all follow the public reference code):
 - Linear layers have no bias and are initialised LeCun-normal (std 1/sqrt(fan_in),
@@ -6,6 +6,12 @@ Departures from / choices beyond the paper (all follow the public reference code
 - In the `mlp_t` mixer the post-norm of the sequence-mixing sub-block is taken
   while the sequence axis is last, i.e. it normalises over positions, as the
   reference code does; the channel MLP's post-norm normalises over channels.
+- The `conv` mixer is ours, not the paper's (issue 25): for tasks whose sequence is an
+  H x W grid, each block mixes a cell with its 8 neighbours by a 3 x 3 convolution
+  (depthwise, or dense with model.conv_dense) in place of attention, with the same
+  residual + post-norm; no positions, no puzzle prefix. It follows the recurrent
+  convolutional "deep thinking" networks (Schwarzschild et al. 2021; Bansal et al.
+  2022), which extrapolate to larger mazes when run for more iterations.
 
 Speed (docs/performance.md), same mathematics:
 - Under autocast a sub-block casts its input to the low precision once
@@ -28,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from trmkit.config import ModelConfig
 
 
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -78,6 +86,12 @@ def swiglu_width(d: int, expansion: float) -> int:
     return 256 * math.ceil(expansion * d * 2 / 3 / 256)
 
 
+def channel_width(cfg: ModelConfig) -> int:
+    """The channel SwiGLU's hidden width: model.mlp_width, or the expansion rule. The rule rounds a
+    small D up a long way (D=64 -> 256, four times D), so small models may set it explicitly."""
+    return cfg.mlp_width or swiglu_width(cfg.hidden_size, cfg.expansion)
+
+
 def lecun_init_(linear: nn.Linear) -> None:
     std = 1.0 / math.sqrt(linear.in_features)
     nn.init.trunc_normal_(linear.weight, std=std, a=-2 * std, b=2 * std)
@@ -92,9 +106,8 @@ class SwiGLU(nn.Module):
     shapes; docs/performance.md).
     """
 
-    def __init__(self, d: int, expansion: float):
+    def __init__(self, d: int, width: int):
         super().__init__()
-        width = swiglu_width(d, expansion)
         self.gate = nn.Linear(d, width, bias=False)
         self.up = nn.Linear(d, width, bias=False)
         self.down = nn.Linear(width, d, bias=False)
@@ -159,28 +172,52 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, S, D))
 
 
-class Block(nn.Module):
-    """Post-norm residual block: sequence mixer (attention or mlp_t), then a SwiGLU."""
+class GridConv(nn.Module):
+    """A 3 x 3 convolution over the H x W grid the sequence holds (row-major), no bias: each cell
+    mixes with its 8 neighbours (depthwise: each channel alone; dense: every channel with every
+    other). Zero padding: the grid's border sees nothing beyond it. No positions: the same
+    weights at every cell, so a model trained on one grid size runs on any other."""
 
-    def __init__(self, d: int, seq_total: int, mixer: str, num_heads: int, expansion: float, eps: float):
+    def __init__(self, d: int, dense: bool):
         super().__init__()
-        self.mixer = mixer
-        self.eps = eps
-        if mixer == "mlp_t":
-            self.mix = SwiGLU(seq_total, expansion)  # mixes along the S axis
-        else:
-            self.mix = Attention(d, num_heads)
-        self.mlp = SwiGLU(d, expansion)
+        self.groups = 1 if dense else d
+        self.weight = nn.Parameter(torch.empty(d, d // self.groups, 3, 3))
+        std = 1.0 / math.sqrt(self.weight[0].numel())  # LeCun normal over the fan-in, as the linears
+        nn.init.trunc_normal_(self.weight, std=std, a=-2 * std, b=2 * std)
 
-    def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        B, S, D = h.shape
+        x = h.view(B, grid[0], grid[1], D).permute(0, 3, 1, 2)  # (B, D, H, W) in channels-last memory: no copy
+        y = F.conv2d(x, self.weight.to(x.dtype), padding=1, groups=self.groups)  # (B, D, H, W)
+        return y.permute(0, 2, 3, 1).reshape(B, S, D)
+
+
+class Block(nn.Module):
+    """Post-norm residual block: sequence mixer (attention, mlp_t or conv), then a SwiGLU."""
+
+    def __init__(self, cfg: ModelConfig, seq_total: int):
+        super().__init__()
+        d = cfg.hidden_size
+        self.mixer = cfg.mixer
+        self.eps = cfg.rms_norm_eps
+        if cfg.mixer == "mlp_t":
+            self.mix = SwiGLU(seq_total, swiglu_width(seq_total, cfg.expansion))  # mixes along the S axis
+        elif cfg.mixer == "conv":
+            self.mix = GridConv(d, cfg.conv_dense)
+        else:
+            self.mix = Attention(d, cfg.num_heads)
+        self.mlp = SwiGLU(d, channel_width(cfg))
+
+    def forward(self, h: torch.Tensor, positions) -> torch.Tensor:
+        """positions: rotary tables (attention), the grid's (H, W) (conv), None (mlp_t)."""
         if self.mixer == "mlp_t":
             t = h.transpose(1, 2)  # (B, D, S)
             h = rms_norm(t + self.mix(lowp(t)), self.eps).transpose(1, 2)  # (B, S, D)
         else:
-            h = self.attend(h, rope)
+            h = self.attend(h, positions)
         return rms_norm(h + self.mlp(lowp(h)), self.eps)
 
-    def forward_fused(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward_fused(self, h: torch.Tensor, positions) -> torch.Tensor:
         """`forward` without autograd under bf16 autocast on a CPU (see fused_inference_applies,
         so `lowp` gives bf16); returns bf16."""
         B, S, D = h.shape
@@ -188,39 +225,35 @@ class Block(nn.Module):
             t = self.mix.fused_residual(lowp(h.transpose(1, 2)).view(-1, S))  # (B*D, S)
             h = rms_norm(t.view(B, D, S), self.eps).transpose(1, 2)  # (B, S, D)
         else:
-            h = self.attend(h, rope)
+            h = self.attend(h, positions)
         return rms_norm(self.mlp.fused_residual(lowp(h).view(-1, D)), self.eps).view(B, S, D)
 
-    def attend(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        """The attention sub-block, the same on both paths."""
-        return rms_norm(h + self.mix(lowp(h), rope), self.eps)
+    def attend(self, h: torch.Tensor, positions) -> torch.Tensor:
+        """The attention or convolution sub-block, the same on both paths."""
+        return rms_norm(h + self.mix(lowp(h), positions), self.eps)
 
 
 class Network(nn.Module):
     """The one shared network: net(h, injection) = blocks(h + injection)."""
 
-    def __init__(self, d: int, seq_total: int, L_layers: int, mixer: str, num_heads: int,
-                 expansion: float, eps: float):
+    def __init__(self, cfg: ModelConfig, seq_total: int):
         super().__init__()
-        self.blocks = nn.ModuleList(
-            Block(d, seq_total, mixer, num_heads, expansion, eps) for _ in range(L_layers)
-        )
+        self.blocks = nn.ModuleList(Block(cfg, seq_total) for _ in range(cfg.L_layers))
         self.fused_inference = False  # set by the planner (plan.choose_fused_inference)
 
-    def forward(self, h: torch.Tensor, injection: torch.Tensor,
-                rope: tuple[torch.Tensor, torch.Tensor] | None, recompute: bool = False) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, injection: torch.Tensor, positions, recompute: bool = False) -> torch.Tensor:
         """recompute: keep only each block's input and recompute the block in backward."""
         h = h + injection
         if self.fused_inference and fused_inference_applies(h):
-            return self._fused_blocks(h, rope)
+            return self._fused_blocks(h, positions)
         for block in self.blocks:
-            h = checkpoint(block, h, rope, use_reentrant=False) if recompute else block(h, rope)
+            h = checkpoint(block, h, positions, use_reentrant=False) if recompute else block(h, positions)
         return h
 
     @torch.compiler.disable  # inductor cannot lower oneDNN's fused matmuls: under compile they run eagerly
-    def _fused_blocks(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def _fused_blocks(self, h: torch.Tensor, positions) -> torch.Tensor:
         for block in self.blocks:
-            h = block.forward_fused(h, rope)
+            h = block.forward_fused(h, positions)
         return h
 
 
@@ -230,7 +263,7 @@ def fused_inference_works() -> str:
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # the run's random state is left as it was
             torch.manual_seed(0)
-            mlp = SwiGLU(64, 4.0)
+            mlp = SwiGLU(64, 256)
             x = torch.randn(8, 64).to(torch.bfloat16)
             fused = mlp.fused_residual(x).float()
             plain = x.float() + mlp(x.float())

@@ -23,6 +23,8 @@ Departures / choices beyond the paper (following the reference code):
 - Token and prefix embeddings are scaled by sqrt(D) after concatenation.
 - With model.puzzle_emb_dim set (the reference's ARC recipe: D values per
   puzzle), the learned row is zero-padded to the prefix's puzzle_emb_len * D.
+- model.mixer=conv (ours, for grid tasks; layers.GridConv): no prefix and no positions;
+  the halting head reads the mean of z_H over the grid instead of the first position.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class TRM(nn.Module):
         if cfg.vocab_size < 1 or cfg.seq_len < 1 or cfg.num_puzzle_ids < 1:
             raise ValueError("ModelConfig.vocab_size/seq_len/num_puzzle_ids come from the "
                              "dataset's meta.json; set them before building TRM")
+        if cfg.mixer == "conv" and cfg.grid_height * cfg.grid_width != cfg.seq_len:
+            raise ValueError(f"model.mixer=conv needs the grid's shape (model.grid_height x grid_width = "
+                             f"seq_len {cfg.seq_len}): it comes from the store's meta.json (grid_shape)")
         self.cfg = cfg
         self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
@@ -98,8 +103,7 @@ class TRM(nn.Module):
         std = 1.0 / math.sqrt(D)
         nn.init.trunc_normal_(self.embed_tokens.weight, std=std, a=-2 * std, b=2 * std)
         self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, puzzle_width(cfg)) if P > 0 else None
-        self.net = Network(D, self.seq_total, cfg.L_layers, cfg.mixer, cfg.num_heads,
-                           cfg.expansion, cfg.rms_norm_eps)
+        self.net = Network(cfg, self.seq_total)
         if cfg.num_classes:  # a classifier: one label per example, no per-token head
             self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
             nn.init.trunc_normal_(self.class_head.weight, std=std, a=-2 * std, b=2 * std)
@@ -162,18 +166,29 @@ class TRM(nn.Module):
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
         return self.embed_scale * x
 
-    def _rope(self, length: int):
-        """Rotary tables for the first `length` positions (a policy's groups are shorter than seq_len)."""
-        return (self.rope_cos[:length], self.rope_sin[:length]) if self.cfg.mixer == "attention" else None
+    def _positions(self, length: int):
+        """What the mixer knows of positions: rotary tables for the first `length` positions (attention;
+        a policy's groups are shorter than seq_len), the grid's (H, W) (conv), nothing (mlp_t)."""
+        if self.cfg.mixer == "attention":
+            return self.rope_cos[:length], self.rope_sin[:length]
+        if self.cfg.mixer == "conv":
+            return self.cfg.grid_height, self.cfg.grid_width
+        return None
 
-    def _net(self, h, injection, rope):
-        return self.net(h, injection, rope, recompute=self.grad_checkpointing and torch.is_grad_enabled())
+    def _net(self, h, injection, positions):
+        return self.net(h, injection, positions, recompute=self.grad_checkpointing and torch.is_grad_enabled())
 
-    def latent_recursion(self, z_H, z_L, x, rope):
+    def latent_recursion(self, z_H, z_L, x, positions):
         for _ in range(self.cfg.L_cycles):
-            z_L = self._net(z_L, z_H + x, rope)  # (B, S, D)
-        z_H = self._net(z_H, z_L, rope)  # (B, S, D)
+            z_L = self._net(z_L, z_H + x, positions)  # (B, S, D)
+        z_H = self._net(z_H, z_L, positions)  # (B, S, D)
         return z_H, z_L
+
+    def halt_logit(self, z_H: torch.Tensor) -> torch.Tensor:
+        """q_halt (B,): read from the first position (the puzzle prefix), or from the mean over the
+        grid for the conv mixer, whose cells are all alike (no prefix, no first position)."""
+        read = z_H.mean(dim=1) if self.cfg.mixer == "conv" else z_H[:, 0]
+        return self.q_head(read).float()[:, 0]
 
     def output(self, z_H: torch.Tensor) -> torch.Tensor:
         """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
@@ -187,13 +202,13 @@ class TRM(nn.Module):
                 puzzle_ids: torch.Tensor):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,)."""
         x = self.embed(inputs, puzzle_ids)
-        rope = self._rope(x.shape[1])
+        positions = self._positions(x.shape[1])
         with torch.no_grad():
             for _ in range(self.cfg.H_cycles - 1):
-                z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
-        z_H, z_L = self.latent_recursion(z_H, z_L, x, rope)
+                z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
+        z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
         logits = self.output(z_H)  # (B, L, V), or (B, 1, C) for a classifier
-        q_halt = self.q_head(z_H[:, 0]).float()[:, 0]  # (B,)
+        q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 
 

@@ -39,14 +39,16 @@ def _torch_threads(n: int):
 
 def shape_key(m: ModelConfig) -> str:
     """What the speed of one network call depends on."""
+    conv = f" conv{'dense' if m.conv_dense else 'dw'}{m.grid_height}x{m.grid_width}" if m.mixer == "conv" else ""
     return (f"{m.mixer} D{m.hidden_size} S{seq_total(m)} layers{m.L_layers} "
-            f"heads{m.num_heads if m.mixer == 'attention' else 0} exp{m.expansion:g}")
+            f"heads{m.num_heads if m.mixer == 'attention' else 0} exp{m.expansion:g}"
+            + (f" mlp{m.mlp_width}" if m.mlp_width else "") + conv)
 
 
 def _bench_net(m: ModelConfig, micro_batch: int, device: str) -> tuple[Network, tuple, Any]:
     S, D = seq_total(m), m.hidden_size
-    net = Network(D, S, m.L_layers, m.mixer, m.num_heads, m.expansion, m.rms_norm_eps).to(device)
-    rope = None
+    net = Network(m, S).to(device)
+    rope = (m.grid_height, m.grid_width) if m.mixer == "conv" else None  # what the mixer knows of positions
     if m.mixer == "attention":
         rope = tuple(t.to(device) for t in rotary_tables(S, D // m.num_heads, m.rope_theta))
     gen = torch.Generator().manual_seed(0)

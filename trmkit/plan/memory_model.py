@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from trmkit.config import ModelConfig
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.report import format_bytes
-from trmkit.model.layers import swiglu_width
+from trmkit.model.layers import channel_width, swiglu_width
 from trmkit.model.trm import input_dtype
 from trmkit.plan.objects import EVAL_BATCH_MAX, MemoryEstimate, MiB
 
@@ -78,10 +78,12 @@ def output_shape(m: ModelConfig) -> tuple[int, int]:
 def count_parameters(m: ModelConfig) -> int:
     """Trainable parameters of TRM(m) (the puzzle-embedding buffer excluded)."""
     S, D = seq_total(m), m.hidden_size
-    W = swiglu_width(D, m.expansion)
+    W = channel_width(m)
     mlp = 3 * D * W  # gate, up (D x W each) + down (W x D)
     if m.mixer == "mlp_t":
         mix = 3 * S * swiglu_width(S, m.expansion)
+    elif m.mixer == "conv":
+        mix = 9 * D * (D if m.conv_dense else 1)  # 3 x 3 taps, dense or depthwise
     else:
         mix = 4 * D * D  # qkv + out
     head = D * m.num_classes + m.num_classes if m.num_classes else D * m.vocab_size
@@ -94,11 +96,13 @@ def block_saved_bytes(m: ModelConfig, elem: int) -> int:
     The residual sums that RMSNorm keeps stay float32 under autocast.
     """
     S, D = seq_total(m), m.hidden_size
-    W = swiglu_width(D, m.expansion)
+    W = channel_width(m)
     mlp = 4 * S * W * elem + S * D * elem + S * D * 4  # gate/up (2W), silu, product; input copy; sum
     if m.mixer == "mlp_t":
         Ws = swiglu_width(S, m.expansion)
         mix = 4 * D * Ws * elem + S * D * elem + S * D * 4  # the same SwiGLU along the sequence axis
+    elif m.mixer == "conv":
+        mix = S * D * elem + S * D * 4  # the convolution's input copy; the residual sum
     else:
         # qkv input and output (1 + 3), rotated q and k (2), attention output (1);
         # log-sum-exp per head and position; the residual sum
@@ -159,8 +163,8 @@ def fixed_parts(m: ModelConfig, dtype: str, baseline: int, calib: Calibration,
 def eval_slot_bytes(m: ModelConfig, elem: int) -> int:
     """Bytes per evaluation slot: its states and the largest live intermediates of one block."""
     S, D = seq_total(m), m.hidden_size
-    widest = max(4 * S * swiglu_width(D, m.expansion),
-                 4 * D * swiglu_width(S, m.expansion) if m.mixer == "mlp_t" else 7 * S * D)
+    mixer = {"mlp_t": 4 * D * swiglu_width(S, m.expansion), "conv": 2 * S * D}.get(m.mixer, 7 * S * D)
+    widest = max(4 * S * channel_width(m), mixer)
     positions, width = output_shape(m)
     return 6 * S * D * 4 + widest * elem + positions * width * 6 * 8
 

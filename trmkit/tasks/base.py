@@ -40,6 +40,8 @@ class Task:
     learn_set: Any = None  # the fixed set `trmkit bench --learn --task NAME` measures on (see learn.py)
     # (run_dir, out_dir) -> (figures written, Markdown section): what `trmkit report` adds for this task
     plots: Callable[[Path, Path], tuple[list[Path], str]] | None = None
+    # StoreMeta -> Sampler (data/generated.py): fresh examples at a difficulty, for data.stream=generate
+    sampler: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:

@@ -70,7 +70,7 @@ def write_run_files(s: Session, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     files.write_text(rundir.path(run_dir, rundir.CONFIG), config_mod.to_yaml(s.cfg))
     files.write_json(rundir.path(run_dir, rundir.DATA_META),
-                     s.objective.identity() if s.objective is not None else data_identity(s.data.train))
+                     s.objective.identity() if s.objective is not None else data_identity(s.data.train or s.data.test))
     files.write_json(rundir.path(run_dir, rundir.PLAN), s.run.plan.to_dict())
 
 

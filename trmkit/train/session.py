@@ -26,7 +26,8 @@ import torch
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
-from trmkit.data.store import Split, open_split
+from trmkit.data.store import Split, StoreMeta, open_split
+from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
@@ -121,15 +122,26 @@ def open_splits(data_path: str, need_train: bool = True) -> tuple[Split | None, 
     return train, test
 
 
-def model_fields(split: Split) -> dict[str, int]:
-    """The model fields a store decides: vocabulary, sequence length, puzzle ids, classes."""
+def model_fields(split: Split, mixer: str) -> dict[str, int]:
+    """The model fields a store decides: vocabulary, sequence length, puzzle ids, classes, and for
+    the conv mixer the grid's shape."""
     meta = split.meta
-    return {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
-            "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes)}
+    fields = {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
+              "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes)}
+    if mixer == "conv":
+        fields.update(grid_fields(split))
+    return fields
+
+
+def grid_fields(split: Split) -> dict[str, int]:
+    if split.meta.grid_shape is None:
+        raise ConfigError(f"{split.path}: model.mixer=conv needs a grid store, and this {split.meta.task} store "
+                          "records no grid_shape: rebuild it with `trmkit data TASK` (or use mixer=attention)")
+    return {"grid_height": split.meta.grid_shape[0], "grid_width": split.meta.grid_shape[1]}
 
 
 def fill_from_meta(cfg: Config, split: Split) -> Config:
-    return config_mod.replace(cfg, "model", **model_fields(split))
+    return config_mod.replace(cfg, "model", **model_fields(split, cfg.model.mixer))
 
 
 def open_val_split(data_path: str) -> Split | None:
@@ -139,10 +151,27 @@ def open_val_split(data_path: str) -> Split | None:
 
 
 def label_weights(cfg: Config, split: Split, log: Log) -> torch.Tensor | None:
-    """train.class_weighting=balanced: weight N / (K * count) per label seen in training, as
-    scikit-learn's class_weight="balanced", so every class carries the same total loss."""
-    if cfg.train.class_weighting != "balanced":
-        return None
+    """Per-label loss weights: train.class_weighting=balanced (N / (K * count), below), times
+    train.class_weights ("o=2.5": by vocabulary name)."""
+    balanced = balanced_weights(cfg, split, log) if cfg.train.class_weighting == "balanced" else None
+    named = config_mod.parse_weights(cfg.train.class_weights)
+    if not named:
+        return balanced
+    names = list(split.meta.classes or split.meta.vocab)
+    unknown = [n for n in named if n not in names]
+    if unknown:
+        raise ConfigError(f"train.class_weights names {unknown}, not labels of this store: use one of {names}")
+    weights = balanced if balanced is not None else torch.ones(len(names))
+    for name, w in named.items():
+        weights[names.index(name)] *= w
+    log(f"train: class_weights={cfg.train.class_weights} -> the loss of " + ", ".join(
+        f"{n!r} x{w:g}" for n, w in named.items()) + " (moves their decision threshold)")
+    return weights
+
+
+def balanced_weights(cfg: Config, split: Split, log: Log) -> torch.Tensor:
+    """Weight N / (K * count) per label seen in training, as scikit-learn's class_weight="balanced",
+    so every class carries the same total loss."""
     labels = np.asarray(split.labels)
     counts = np.bincount(labels[labels != split.meta.ignore_label_id].ravel(), minlength=split.meta.vocab_size)
     seen = counts > 0
@@ -162,8 +191,10 @@ def data_identity(split: Split) -> dict:
             "num_puzzle_identifiers": m.num_puzzle_identifiers, "path": str(split.path.parent)}
 
 
-def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> None:
-    """A store evaluated by a run must have its vocabulary and sequence shape; else a clear error."""
+def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> dict[str, int]:
+    """A store evaluated by a run must have its task, vocabulary and sequence shape; else a clear
+    error. A conv model has no positions: it reads a grid of any size, and the model fields that
+    change with it are returned ({} when nothing changes)."""
     m, saved = split.meta, {}
     try:
         saved = json.loads(rundir.path(run_dir, rundir.DATA_META).read_text())
@@ -172,14 +203,19 @@ def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> None:
     want = {"task": saved.get("task", m.task), "vocab": saved.get("vocab", list(m.vocab)),
             "vocab_size": cfg.model.vocab_size, "seq_len": cfg.model.seq_len}
     have = {"task": m.task, "vocab": list(m.vocab), "vocab_size": m.vocab_size, "seq_len": m.seq_len}
-    wrong = [f"{k} {have[k]!r} (the run's: {want[k]!r})" for k in want if have[k] != want[k]]
+    resized = cfg.model.mixer == "conv" and have["seq_len"] != want["seq_len"]
+    wrong = [f"{k} {have[k]!r} (the run's: {want[k]!r})" for k in want
+             if have[k] != want[k] and not (k == "seq_len" and resized)]
     if m.num_puzzle_identifiers > cfg.model.num_puzzle_ids:
         wrong.append(f"num_puzzle_identifiers {m.num_puzzle_identifiers} (the run learned "
                      f"{cfg.model.num_puzzle_ids} puzzle embeddings)")
     if wrong:
-        raise ConfigError(f"{split.path}: this store does not fit run {run_dir}: " + "; ".join(wrong)
+        sized = ("; only a model without positions (model.mixer=conv) reads a grid of another size, "
+                 f"this run's has mixer={cfg.model.mixer}" if any(w.startswith("seq_len") for w in wrong) else "")
+        raise ConfigError(f"{split.path}: this store does not fit run {run_dir}: " + "; ".join(wrong) + sized
                           + ". Build the evaluation store with the same task and settings as the run's "
                           "training store (e.g. the same --size for mazes)")
+    return {"seq_len": m.seq_len, **grid_fields(split)} if resized else {}
 
 
 def absolute_data_path(data_path: str, log: Log) -> str:
@@ -221,11 +257,16 @@ def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool
         fields = objective.model_fields()
     else:
         path = absolute_data_path(cfg.data.path, log)
-        data.train, data.test = open_splits(path, need_train=not evaluate_only)
+        generated = cfg.data.stream == "generate"  # the store may then hold only the held-out split
+        data.train, data.test = open_splits(path, need_train=not (evaluate_only or generated))
         if evaluate_only:  # the run's config already holds the model's shape; the store must match it
-            check_data_matches(cfg, data.test or data.train, Path(cfg.run.dir))
+            fields = check_data_matches(cfg, data.test or data.train, Path(cfg.run.dir))
+            if fields:
+                log(f"eval: a conv model without positions reads this {fields['grid_height']} x "
+                    f"{fields['grid_width']} grid with the weights it learned on {cfg.model.grid_height} x "
+                    f"{cfg.model.grid_width}")
         else:
-            fields = model_fields(data.train)
+            fields = model_fields(data.train or data.test, cfg.model.mixer)
     model = dataclasses.replace(cfg.model, **fields)  # checked before the resume is looked at
     run = dataclasses.replace(cfg.run, dtype=resume_dtype(cfg.run.dtype, saved, log))
     return dataclasses.replace(cfg, run=run, model=model, data=dataclasses.replace(cfg.data, path=path)), data
@@ -285,17 +326,50 @@ def step_context(cfg: Config, data: Data, objective: Objective | None, plan: Pla
     weights = label_weights(cfg, data.train, log) if data.train is not None else None
     ignore = (data.train or data.test).meta.ignore_label_id if objective is None else -100
     device = plan.torch_device()
+    given = given_tokens(cfg, data, log) if objective is None else None
     return StepContext(micro_batch=micro, ignore_label_id=ignore,
                        device=device, autocast=plan.autocast(),
                        label_weights=weights.to(device) if weights is not None else None,
+                       given_tokens=given.to(device) if given is not None else None,
                        net=net, reduce_after=dist_mod.reduce_after(net) if net is not None else None,
                        rank=world.rank, world=world.size)
+
+
+def given_tokens(cfg: Config, data: Data, log: Log) -> torch.Tensor | None:
+    """train.mask_given: the store's given tokens, whose cells carry no loss and count in no metric."""
+    if not cfg.train.mask_given:
+        return None
+    meta = (data.train or data.test).meta
+    if not meta.given_tokens:
+        raise ConfigError(f"train.mask_given=true, but the {meta.task} store names no given_tokens (the cells "
+                          "its answers repeat from the input): set train.mask_given=false")
+    log(f"train: mask_given -> cells holding {[meta.vocab[t] for t in meta.given_tokens]} carry no loss "
+        "and count in no metric (the answer repeats the input there)")
+    return torch.tensor(meta.given_tokens, dtype=torch.int64)
+
+
+def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[[StoreMeta], Sampler] | None,
+                    log: Log) -> SampleStream | GeneratedStream:
+    """The store's training split, or with data.stream=generate the task's generator."""
+    if cfg.data.stream == "store":
+        return SampleStream(data.train, cfg.run.seed, world.rank, world.size)
+    meta = (data.train or data.test).meta
+    if sampler is None:
+        raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "
+                          "set data.stream=store")
+    stream = GeneratedStream(sampler(meta), cfg.run.seed, world.rank, world.size, cfg.data.curriculum_samples)
+    ramp = (f"a curriculum over {cfg.data.curriculum_samples:,} samples: {stream.describe(0.0)} -> "
+            f"{stream.describe(1.0)}" if cfg.data.curriculum_samples else stream.describe(1.0))
+    log(f"data: stream=generate -> every training sample fresh from the {meta.task} generator (seed "
+        f"{cfg.run.seed}, resumable); {ramp}; the store gives the shapes and the held-out split")
+    return stream
 
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
             meter: PeakMeter | None = None,
             scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
-            objective: Objective | None = None, world: World = SINGLE) -> Session:
+            objective: Objective | None = None, world: World = SINGLE,
+            sampler: Callable[[StoreMeta], Sampler] | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -303,7 +377,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's.
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
-    the global batch, each process holds its share of the slots."""
+    the global batch, each process holds its share of the slots.
+    sampler: the task's generator (data.stream=generate): store meta -> one example at a difficulty."""
     meter = meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
@@ -311,7 +386,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     saved = saved_meta(cfg.run.dir)
     cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
-    plan = plan_run(cfg, local, hw, world, meter, saved, log, cache_dir)
+    # evaluation reads the run's weights, checked against the store above, not the checkpoint's shape
+    plan = plan_run(cfg, local, hw, world, meter, {} if evaluate_only else saved, log, cache_dir)
     with meter.phase("setup"):
         slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
         model, opts, state, net = build_model(cfg, plan, slots, world, log)
@@ -320,8 +396,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     if guard is not None:
         guard.micro_batch = micro
     ctx = step_context(cfg, data, objective, plan, micro, net, world, log)
-    if data.train:
-        data.stream = SampleStream(data.train, cfg.run.seed, world.rank, world.size)
+    if objective is None and not evaluate_only:
+        data.stream = training_stream(cfg, data, world, sampler, log)
     if not evaluate_only and objective is None:
         data.val = open_val_split(cfg.data.path)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,

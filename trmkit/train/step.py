@@ -59,6 +59,7 @@ class StepContext:
     device: torch.device
     autocast: Autocast = field(default=contextlib.nullcontext)
     label_weights: torch.Tensor | None = None  # (V,) per-label loss weights (train.class_weighting)
+    given_tokens: torch.Tensor | None = None  # train.mask_given: input tokens whose cells carry no label
     # several processes (train/distributed.py): the DistributedDataParallel wrapper the forward goes
     # through, whether gradients are reduced after a micro-batch's backward, and this process's slots
     net: Callable | None = None
@@ -67,9 +68,16 @@ class StepContext:
     world: int = 1
 
 
-def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device) -> torch.Tensor:
+def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device, inputs: np.ndarray | None = None,
+                     given_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Labels as int64 with IGNORE for the store's ignore label and, with given_tokens, for every
+    cell whose input is one of them (train.mask_given: the answer repeats the input there)."""
     t = torch.from_numpy(np.asarray(labels)).to(device=device, dtype=torch.int64)
-    return torch.where(t == ignore_label_id, torch.full_like(t, IGNORE), t)
+    ignore = t == ignore_label_id
+    if given_tokens is not None and inputs is not None:
+        x = torch.from_numpy(np.asarray(inputs)).to(device=device, dtype=torch.int64)
+        ignore |= torch.isin(x[:, :t.shape[1]], given_tokens)
+    return torch.where(ignore, torch.full_like(t, IGNORE), t)
 
 
 def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
@@ -89,7 +97,7 @@ def refill(model: TRM, state: TrainState, stream: SampleSource, ctx: StepContext
         batch = stream.take(len(slots))
         dev = ctx.device
         state.inputs[slots] = torch.from_numpy(np.asarray(batch.inputs)).to(dev, state.inputs.dtype)
-        state.labels[slots] = labels_to_tensor(batch.labels, ctx.ignore_label_id, dev)
+        state.labels[slots] = labels_to_tensor(batch.labels, ctx.ignore_label_id, dev, batch.inputs, ctx.given_tokens)
         state.puzzle_ids[slots] = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(dev, torch.int64)
         state.samples_started += len(slots)
     model.reset_(state.carry)

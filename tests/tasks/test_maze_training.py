@@ -1,0 +1,125 @@
+"""The grid TRM on mazes (issue 25): generated training data that resumes exactly after kill -9,
+loss masking that changes which cells are scored, test-time supervision steps, and evaluation of
+a positionless conv model on a larger grid (refused, with its reason, for attention)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
+from trmkit.data.generated import GeneratedStream
+from trmkit.data.store import open_split
+from trmkit.tasks import maze
+from trmkit.train.checkpoint import list_checkpoints, load_checkpoint
+from trmkit.train.step import labels_to_tensor
+
+CONV = """
+run: {seed: 2, threads: 1, dtype: float32, compile: "off", grad_checkpointing: "off"}
+model: {mixer: conv, hidden_size: 16, mlp_width: 32, L_layers: 1, H_cycles: 2, L_cycles: 1, halt_max_steps: 3,
+        puzzle_emb_len: 0}
+data: {stream: generate, curriculum_samples: 40}
+train: {batch_size: 8, max_steps: 10, lr: 3e-3, warmup_steps: 2, ema_decay: 0.9, checkpoint_every: 1,
+        checkpoint_minutes: 0, keep_checkpoints: 3, log_every: 1, mask_given: true, class_weights: o=2}
+"""
+ATTENTION = """
+run: {seed: 2, threads: 1, dtype: float32, compile: "off"}
+model: {mixer: attention, hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2,
+        puzzle_emb_len: 1}
+train: {batch_size: 4, max_steps: 2, warmup_steps: 1, checkpoint_minutes: 0, log_every: 1}
+"""
+
+
+def cli(*args):
+    return procs.run([sys.executable, "-m", "trmkit.cli", *args], capture_output=True, text=True,
+                     timeout=SAFETY_TIMEOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("maze")
+    for name, size, num, min_path in (("m7", 7, 40, 6), ("m11", 11, 12, 12)):
+        maze.build("generate", root / name, size=size, num=num, min_path=min_path, test_fraction=0.5 if size == 7
+                   else 1.0, seed=1, log=lambda m: None)
+    (root / "conv.yaml").write_text(CONV)
+    (root / "attention.yaml").write_text(ATTENTION)
+    return root
+
+
+def test_the_generated_stream_is_a_function_of_seed_and_index(root):
+    meta = open_split(root / "m7" / "test").meta
+    a = GeneratedStream(maze.MazeSampler(meta), seed=5, curriculum_samples=16)
+    first = a.take(12)
+    b = GeneratedStream(maze.MazeSampler(meta), seed=5, curriculum_samples=16)
+    b.load_state_dict({**a.state_dict(), "generated": 7})
+    assert np.array_equal(b.take(5).inputs, first.inputs[7:])  # resumed mid-way: the same samples
+    assert a.progress(0) == 0 and a.progress(16) == 1.0 and a.samples_served == 12
+    assert not np.array_equal(GeneratedStream(maze.MazeSampler(meta), seed=6).take(12).inputs, first.inputs)
+    for q, ans in zip(first.inputs, first.labels):  # every generated maze is a valid one
+        maze.check_answer(q.reshape(7, 7), ans.reshape(7, 7))
+
+
+def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
+    q = maze.parse("S #" "  #" "  G", allow_path=False).reshape(1, 9)
+    a = maze.parse("So#" "oo#" "  G", allow_path=True).reshape(1, 9)
+    given = torch.tensor([maze.WALL, maze.START, maze.GOAL])
+    plain = labels_to_tensor(a, maze.PAD, "cpu")
+    masked = labels_to_tensor(a, maze.PAD, "cpu", q, given)
+    assert (plain >= 0).sum() == 9 and (masked >= 0).sum() == 5  # only the 5 open cells are scored
+    assert masked[0, 0] < 0 and masked[0, 2] < 0 and masked[0, 1] == maze.PATH
+
+
+def test_generated_training_resumes_exactly_after_sigkill(root):
+    data = f"data.path={root / 'm7'}"
+    whole = cli("train", str(root / "conv.yaml"), f"run.dir={root / 'whole'}", data)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert "stream=generate" in whole.stdout and "7 x 7 mazes" in whole.stdout
+    killed = root / "killed"
+    proc = procs.start([sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml"), f"run.dir={killed}",
+                        data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + SAFETY_TIMEOUT
+    while not any(load_step(p) >= 4 for p in list_checkpoints(killed)):
+        assert proc.poll() is None and time.time() < deadline, "the run ended before step 4"
+        time.sleep(0.02)
+    procs.kill_group(proc, signal.SIGKILL)
+    assert 4 <= load_checkpoint(list_checkpoints(killed)[-1]).step < 10
+    resumed = cli("train", "--resume", str(killed))
+    assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stdout + resumed.stderr
+    a, b = load_checkpoint(list_checkpoints(root / "whole")[-1]), load_checkpoint(list_checkpoints(killed)[-1])
+    assert a.step == b.step == 10 and a.meta["stream"] == b.meta["stream"]
+    for key in a.tensors:
+        assert torch.equal(a.tensors[key], b.tensors[key]), key
+
+
+def load_step(path) -> int:
+    return int(path.name.split("-")[1])
+
+
+def test_eval_steps_changes_the_steps_run_and_a_conv_model_reads_a_larger_grid(root):
+    run = root / "whole"  # trained on 7 x 7 (test_generated_training_resumes_exactly_after_sigkill)
+    if not (run / "weights.safetensors").exists():
+        pytest.skip("needs the trained run of the resume test")
+    out = cli("eval", str(run), "--data", str(root / "m11"), "--steps", "1,4")
+    assert out.returncode == 0, out.stderr
+    curve = json.loads(out.stdout)["steps"]
+    assert set(curve) == {"1", "4"} and curve["1"]["act_steps"] <= 1 and curve["4"]["act_steps"] <= 4
+    assert curve["4"]["act_steps"] > 1 or curve["4"]["samples"] == 12  # 4 steps were run, halting read at each
+    assert "reads this 11 x 11 grid" in out.stderr
+    kept = json.loads((run / "eval_steps.json").read_text())
+    assert set(next(iter(kept.values()))) == {"1", "4"}
+
+
+def test_a_model_with_positions_is_refused_on_another_grid_size(root):
+    run = root / "att"
+    done = cli("train", str(root / "attention.yaml"), f"run.dir={run}", f"data.path={root / 'm7'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = cli("eval", str(run), "--data", str(root / "m11"))
+    assert out.returncode == 2
+    assert "seq_len 121 (the run's: 49)" in out.stderr and "only a model without positions" in out.stderr

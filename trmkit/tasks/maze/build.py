@@ -1,0 +1,121 @@
+"""`trmkit data maze`: a maze store, generated or from a Maze-Hard CSV."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from trmkit.data.imports import ImportReport, split_rows
+from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.tasks.base import dihedral
+from trmkit.tasks.maze.data import MazeRow, read_csv
+from trmkit.tasks.maze.generate import GOAL, PAD, START, VOCAB, WALL, default_min_path, generate_maze
+
+Log = Callable[[str], None]
+
+
+def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, min_path: int | None = None,
+          loops: float = 0.1, test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
+          seed: int = 0, train_min_path: int | None = None, log: Log = print) -> dict[str, Any]:
+    """Build a maze store at out_dir: generated (source='generate') or from a Maze-Hard CSV.
+
+    train_min_path (generated only): each training maze's minimum path length is drawn uniformly
+    from [train_min_path, min_path], a curriculum of easier mazes; test mazes keep min_path."""
+    t0 = time.perf_counter()
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"--test-fraction must be in [0, 1], got {test_fraction}")
+    if not 0 <= aug <= 7:
+        raise ValueError(f"--aug must be 0..7 (the square has 8 symmetries, the identity included), got {aug}")
+    check_output_dir(out_dir)
+    report = ImportReport(source=str(source), unit="mazes")
+    if source == "generate":
+        if size < 3:
+            raise ValueError(f"--size must be >= 3, got {size}")
+        min_path = default_min_path(size) if min_path is None else min_path
+        rows = _generate(size, num if limit is None else min(num, limit), min_path, train_min_path, loops,
+                         test_fraction, seed)
+        report.lines = report.accepted = len(rows)
+    else:
+        rows = list(read_csv(Path(source), report, limit))
+    for line in report.summary_lines():
+        log(line)
+    if not rows:
+        raise ValueError(f"{source}: no usable mazes ({report.skipped} skipped); nothing written")
+    test_rows, train_rows = split_rows(len(rows), test_fraction, seed)
+    splits = {"test": _arrays([rows[i] for i in test_rows], 0, seed)}
+    if len(train_rows):
+        splits["train"] = _arrays([rows[i] for i in train_rows], aug, seed)
+    lengths = np.array([rows[i].length for i in test_rows] or [r.length for r in rows])  # the held-out mazes
+    settings = {"source": str(source), "size": int(rows[0].question.shape[0]), "num": num, "loops": loops,
+                "min_path": min_path, "train_min_path": train_min_path, "test_fraction": test_fraction,
+                "aug": aug, "limit": limit, "seed": seed,
+                "path_length": {"min": int(lengths.min()), "mean": float(lengths.mean()),
+                                "max": int(lengths.max())}}
+    side = settings["size"]
+    meta = {"task": "maze", "vocab": list(VOCAB), "pad_id": PAD, "ignore_label_id": PAD, "blank_id": None,
+            "num_puzzle_identifiers": 1, "source": str(source), "build": {**settings, **report.to_dict()},
+            "grid_shape": [side, side], "given_tokens": [WALL, START, GOAL]}  # walls, S and G are repeated
+    write_store(out_dir, splits, meta)
+    counts = {name: len(a.inputs) for name, a in splits.items()}
+    log(f"wrote {out_dir}: " + ", ".join(f"{k} {v} examples" for k, v in counts.items())
+        + f"; shortest paths {lengths.min()}-{lengths.max()} steps (mean {lengths.mean():.1f}), "
+        f"{time.perf_counter() - t0:.1f} s")
+    return {"counts": counts, "skipped": report.skipped, **settings}
+
+
+def _generate(size: int, count: int, min_path: int, train_min_path: int | None, loops: float,
+              test_fraction: float, seed: int) -> list[MazeRow]:
+    """`count` mazes. With a curriculum, half the training mazes (those split_rows puts in train) have
+    a path of t..t+2 steps, t drawn uniformly from [train_min_path, min_path]; the rest, and every
+    test maze, at least min_path."""
+    if train_min_path is not None and not 1 <= train_min_path <= min_path:
+        raise ValueError(f"--train-min-path must be in [1, --min-path={min_path}], got {train_min_path}")
+    test = set(split_rows(count, test_fraction, seed)[0].tolist())
+    rng = np.random.default_rng([seed, 0])
+    rows = []
+    for i in range(count):
+        easy = train_min_path is not None and i not in test and rng.random() < 0.5
+        low = int(rng.integers(train_min_path, min_path + 1)) if easy else min_path
+        rows.append(MazeRow(*generate_maze(size, rng, loops, low, max_path=low + 2 if easy else None)))
+    return rows
+
+
+def _arrays(rows: list[MazeRow], aug: int, seed: int) -> SplitArrays:
+    """Each maze is a group of itself plus `aug` distinct symmetries (one example each)."""
+    per = aug + 1
+    rng = np.random.default_rng([seed, 3])
+    inputs, labels = [], []
+    for row in rows:
+        picks = [0] + (list(rng.permutation(np.arange(1, 8))[:aug]) if aug else [])
+        for k in picks:
+            inputs.append(dihedral(row.question, int(k)).reshape(-1))
+            labels.append(dihedral(row.answer, int(k)).reshape(-1))
+    n = len(rows) * per
+    return SplitArrays(inputs=np.stack(inputs), labels=np.stack(labels),
+                       puzzle_identifiers=np.zeros(n, dtype=np.uint8), puzzle_indices=np.arange(n + 1),
+                       group_indices=np.arange(0, n + 1, per))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", default="generate", help="'generate' or a Maze-Hard CSV (source,question,answer,rating)")
+    p.add_argument("--size", type=int, default=30, help="N for generated N x N mazes (Maze-Hard: 30)")
+    p.add_argument("--num", type=int, default=1000, help="mazes to generate")
+    p.add_argument("--min-path", type=int, default=None,
+                   help="hardness: shortest path of at least this many steps (default 110 * N^2 / 900)")
+    p.add_argument("--train-min-path", type=int, default=None,
+                   help="a curriculum: half the generated training mazes get a path of t..t+2 steps, t drawn "
+                        "uniformly from [this, --min-path]; test mazes keep --min-path (default: none)")
+    p.add_argument("--loops", type=float, default=0.1,
+                   help="chance that each inner wall of the carved maze is opened (cycles: several routes)")
+    p.add_argument("--aug", type=int, default=0, help="dihedral copies per training maze (0-7)")
+    p.add_argument("--limit", type=int, default=None, help="use at most N mazes from the source")
+
+
+def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
+    return build(args.source, args.out, size=args.size, num=args.num, min_path=args.min_path, loops=args.loops,
+                 test_fraction=args.test_fraction, aug=args.aug, limit=args.limit, seed=args.seed,
+                 train_min_path=args.train_min_path, log=log)

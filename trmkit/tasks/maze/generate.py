@@ -1,0 +1,125 @@
+"""Maze generation: a randomised depth-first carve with extra openings (loops), and shortest paths.
+
+A maze is a grid of tokens (see tasks/maze/__init__.py); a perfect maze is carved over the cells at
+even coordinates, then each remaining inner wall is opened with probability `loops`, so the maze
+has cycles and the model must find the *shortest* of several routes. S is drawn at random, G at
+random among the cells at least `min_path` steps away; a maze whose shortest path is not unique
+is drawn again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+CHARS = "# SGo"
+VOCAB = ("<pad>", "#", " ", "S", "G", "o")
+PAD, WALL, OPEN, START, GOAL, PATH = range(6)
+
+
+def default_min_path(n: int) -> int:
+    """Maze-Hard's hardness (path > 110 on 30 x 30) scaled by area."""
+    return max(1, round(110 * n * n / 900))
+
+
+def carve(n: int, rng: np.random.Generator, loops: float) -> np.ndarray:
+    """An (n, n) grid of WALL/OPEN: a perfect maze with extra walls opened at rate `loops`."""
+    grid = np.full((n, n), WALL, dtype=np.uint8)
+    m = (n + 1) // 2  # cells per side, at even coordinates
+    seen = np.zeros((m, m), dtype=bool)
+    start = (int(rng.integers(m)), int(rng.integers(m)))
+    stack, seen[start] = [start], True
+    grid[2 * start[0], 2 * start[1]] = OPEN
+    while stack:  # randomised depth-first search
+        r, c = stack[-1]
+        options = [(r + dr, c + dc) for dr, dc in ((0, 1), (1, 0), (0, -1), (-1, 0))
+                   if 0 <= r + dr < m and 0 <= c + dc < m and not seen[r + dr, c + dc]]
+        if not options:
+            stack.pop()
+            continue
+        nr, nc = options[int(rng.integers(len(options)))]
+        grid[r + nr, c + nc] = OPEN  # the passage between (2r, 2c) and (2nr, 2nc)
+        grid[2 * nr, 2 * nc] = OPEN
+        seen[nr, nc] = True
+        stack.append((nr, nc))
+    if loops > 0:
+        walls = np.zeros((n, n), dtype=bool)
+        walls[0::2, 1::2] = True  # between horizontal neighbours
+        walls[1::2, 0::2] = True  # between vertical neighbours
+        walls &= grid == WALL
+        walls[n - 1 if n % 2 == 0 else n:, :] = False  # the closing row/column of an even n
+        walls[:, n - 1 if n % 2 == 0 else n:] = False
+        grid[walls & (rng.random((n, n)) < loops)] = OPEN
+    return grid
+
+
+def distances(grid: np.ndarray, source: tuple[int, int]) -> np.ndarray:
+    """BFS steps from source through non-wall cells; -1 where unreachable."""
+    n = grid.shape[0]
+    dist = np.full(grid.shape, -1, dtype=np.int32)
+    dist[source] = 0
+    queue = deque([source])
+    while queue:
+        r, c = queue.popleft()
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n and dist[nr, nc] < 0 and grid[nr, nc] != WALL:
+                dist[nr, nc] = dist[r, c] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+def shortest_paths(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]
+                   ) -> tuple[int, int, list[tuple[int, int]]]:
+    """(length, number of shortest paths capped at 2, one shortest path S..G); length -1 if none."""
+    dist = distances(grid, start)
+    if dist[goal] < 0:
+        return -1, 0, []
+    n = grid.shape[0]
+    order = np.argsort(dist, axis=None, kind="stable")
+    count = np.zeros(grid.shape, dtype=np.int64)
+    count[start] = 1
+    for flat in order:
+        r, c = divmod(int(flat), n)
+        d = dist[r, c]
+        if d <= 0:
+            continue
+        total = 0
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n and dist[nr, nc] == d - 1:
+                total += count[nr, nc]
+        count[r, c] = min(total, 2)
+    path, cell = [goal], goal
+    while cell != start:  # walk back along decreasing distance
+        r, c = cell
+        cell = next((nr, nc) for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1))
+                    if 0 <= nr < n and 0 <= nc < n and dist[nr, nc] == dist[r, c] - 1)
+        path.append(cell)
+    return int(dist[goal]), int(count[goal]), path[::-1]
+
+
+def generate_maze(n: int, rng: np.random.Generator, loops: float = 0.1, min_path: int | None = None,
+                  tries: int = 200, max_path: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """One maze: (question (n, n), answer (n, n), shortest path length) as tokens; the path has
+    min_path..max_path steps (no upper bound when max_path is None)."""
+    min_path = default_min_path(n) if min_path is None else min_path
+    for _ in range(tries):
+        grid = carve(n, rng, loops)
+        cells = np.argwhere(grid == OPEN)
+        start = tuple(int(v) for v in cells[rng.integers(len(cells))])
+        dist = distances(grid, start)
+        far = np.argwhere((dist >= min_path) & (dist <= (max_path if max_path is not None else dist.max())))
+        if len(far) == 0:
+            continue
+        goal = tuple(int(v) for v in far[rng.integers(len(far))])
+        length, count, path = shortest_paths(grid, start, goal)
+        if count != 1:
+            continue
+        question = grid.copy()
+        question[start], question[goal] = START, GOAL
+        answer = question.copy()
+        for cell in path[1:-1]:
+            answer[cell] = PATH
+        return question, answer, length
+    raise ValueError(f"no {n}x{n} maze with a unique shortest path of at least {min_path} steps in "
+                     f"{tries} tries: lower --min-path (the longest possible is about {n * n // 2})")

@@ -1,0 +1,66 @@
+"""Fresh mazes at every step (data.stream=generate), with a size and path-length curriculum.
+
+The store's meta.json gives the canvas (N x N, the grid the model reads), the loops and the
+hardness (min_path). At curriculum position q (data.curriculum_samples; 1 without one) a maze is
+n x n, n going up in odd steps from the smallest stage to N (9 -> 11 -> 13 -> 15 on a 15 x 15
+canvas), drawn inside the canvas at a random place with walls around it (walls are given cells:
+no loss with train.mask_given, and a convolution sees no positions, so a 9 x 9 maze in a corner
+is simply a 9 x 9 maze). Its shortest path is at least the stage's hardness, Maze-Hard's 110 on
+30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), half the mazes are
+easier, with a path of t..t+2 steps for t uniform up to that hardness. Each maze gets a random
+symmetry of the square. The stream (data/generated.py) gives each sample its own seeded random
+generator, so a run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trmkit.data.store import StoreMeta
+from trmkit.tasks.base import dihedral
+from trmkit.tasks.maze.generate import WALL, default_min_path, generate_maze
+
+SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
+
+
+class MazeSampler:
+    """One maze at curriculum position `progress` in [0, 1]: the sampler data.stream=generate uses."""
+
+    def __init__(self, meta: StoreMeta) -> None:
+        build = meta.build
+        self.canvas = int((meta.grid_shape or (build["size"],))[0])
+        self.loops = float(build.get("loops", 0.1))
+        self.hardness = int(build.get("min_path") or default_min_path(self.canvas))
+        first = min(SMALLEST, self.canvas)
+        self.sizes = list(range(first, self.canvas, 2)) + [self.canvas]
+
+    def size_at(self, progress: float) -> int:
+        return self.sizes[min(len(self.sizes) - 1, int(progress * len(self.sizes)))]
+
+    def min_path_at(self, size: int) -> int:
+        return self.hardness if size == self.canvas else max(2, round(self.hardness * size * size / self.canvas ** 2))
+
+    def describe(self, progress: float) -> str:
+        n = self.size_at(progress)
+        return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, half easier) in the "
+                f"{self.canvas} x {self.canvas} grid")
+
+    def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
+        n = self.size_at(progress)
+        hard = self.min_path_at(n)
+        if rng.random() < 0.5:  # the easier half: a path of t..t+2 steps
+            low = int(rng.integers(2, hard + 1))
+            question, answer, _ = generate_maze(n, rng, self.loops, low, max_path=low + 2)
+        else:
+            question, answer, _ = generate_maze(n, rng, self.loops, hard)
+        k = int(rng.integers(8))
+        question, answer = dihedral(question, k), dihedral(answer, k)
+        if n < self.canvas:
+            at = tuple(int(v) for v in rng.integers(0, self.canvas - n + 1, 2))
+            question, answer = self._place(question, at), self._place(answer, at)
+        return question.reshape(-1), answer.reshape(-1)
+
+    def _place(self, grid: np.ndarray, at: tuple[int, int]) -> np.ndarray:
+        canvas = np.full((self.canvas, self.canvas), WALL, dtype=grid.dtype)
+        canvas[at[0]:at[0] + grid.shape[0], at[1]:at[1] + grid.shape[1]] = grid
+        return canvas
