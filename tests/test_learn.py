@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(learn, "FIXED_SET", SMALL)
         mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-        for extra in (["--json"], ["--schedule", "config"]):
+        for extra in (["--json"], ["--schedule", "config", "--keep", str(root / "kept")]):
             args = ["bench", "--learn", "0.02", "--every", "0.01", str(root / "tiny.yaml"),
                     "--data-dir", str(root / "data"), *extra]
             out, err = io.StringIO(), io.StringIO()
@@ -75,6 +75,18 @@ def test_second_run_reuses_the_set_and_prints_a_table(runs):
     assert lines[0].split()[:6] == ["minutes", "steps", "samples", "blank_acc", "exact_acc", "cell_acc"]
     assert len(lines) == 2 + 2 + 1  # header, rule, two points, the note
     assert "evaluation (eval_s) is not counted" in lines[-1]
+
+
+def test_kept_weights_evaluate_to_the_curve_s_last_point(runs):
+    root, outputs = runs
+    out = outputs[1][1]
+    last = out.splitlines()[next(i for i, line in enumerate(out.splitlines()) if line.startswith("minutes ")) + 3]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["eval", str(root / "kept")])
+    assert code == 0, err.getvalue()
+    evals = json.loads(out.getvalue())
+    assert f"{evals['exact_accuracy']:.3f}" == last.split()[4]  # the same weights, the same held-out set
 
 
 def test_the_set_is_rebuilt_when_its_arguments_differ(runs):

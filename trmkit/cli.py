@@ -354,6 +354,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default=None,
                    help="with --learn: the task whose fixed set is measured (default sudoku; maze: 10,000 + 500 "
                         "generated 15 x 15 mazes with shortest paths >= 28 steps, x8 symmetries)")
+    p.add_argument("--keep", metavar="DIR", default=None,
+                   help="with --learn: write the final weights and config to DIR, a run directory for `trmkit eval`")
     p.add_argument("--schedule", choices=("budget", "config"), default=None,
                    help="with --learn: 'budget' (default) fits train.max_steps, and with it the lr cosine, "
                         "to MINUTES from the speed of the first 30 s; 'config' keeps the config's")
@@ -381,11 +383,12 @@ def _run_bench(args: argparse.Namespace) -> int:
             raise ConfigError("--compare and --save apply to the step benchmark, not to --learn")
         points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
                                       args.data_dir, log=log, cache_dir=_cache_dir(),
-                                      schedule=args.schedule or "budget", task=registry.get(args.task or "sudoku"))
+                                      schedule=args.schedule or "budget", task=registry.get(args.task or "sudoku"),
+                                      keep=args.keep)
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
         return 0
-    if args.every is not None or args.data_dir is not None or args.schedule is not None or args.task is not None:
-        raise ConfigError("--every, --data-dir, --schedule and --task need --learn MINUTES")
+    if any(v is not None for v in (args.every, args.data_dir, args.schedule, args.task, args.keep)):
+        raise ConfigError("--every, --data-dir, --schedule, --task and --keep need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
                              compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),

@@ -50,6 +50,7 @@ from typing import Any, Callable
 import psutil
 
 from trmkit import config as config_mod
+from trmkit import files, rundir
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import StoreError, open_split
 from trmkit.hardware import HardwareInfo
@@ -57,6 +58,7 @@ from trmkit.tasks import sudoku
 from trmkit.tasks.base import Task
 from trmkit.tasks.sudoku import LearnSet
 from trmkit.train import evaluate, session
+from trmkit.train.finish import save_weights
 from trmkit.train.step import train_step
 
 Log = Callable[[str], None]
@@ -159,10 +161,12 @@ class Point:
 
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
                    data_dir: str | Path | None = None, spec=None, log: Log = print,
-                   cache_dir: Path | None = None, schedule: str = "budget", task: Task = sudoku.TASK) -> list[Point]:
+                   cache_dir: Path | None = None, schedule: str = "budget", task: Task = sudoku.TASK,
+                   keep: str | Path | None = None) -> list[Point]:
     """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark.
 
-    `task`: the Task whose set is measured and whose scorer adds its metrics (the CLI looks it up by name)."""
+    `task`: the Task whose set is measured and whose scorer adds its metrics (the CLI looks it up by name).
+    `keep`: a folder that receives the final weights and config, a run directory `trmkit eval` reads."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
     points_at, spec = marks(minutes, every), spec or learn_set(task)
@@ -175,7 +179,18 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
         f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
     fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
-    return run_curve(s, [60 * m for m in points_at], log, fit_at)
+    points = run_curve(s, [60 * m for m in points_at], log, fit_at)
+    if keep is not None:
+        keep_run(s, Path(keep), log)
+    return points
+
+
+def keep_run(s: session.Session, run_dir: Path, log: Log) -> None:
+    """The final (EMA) weights and the config that built them, so `trmkit eval run_dir` can score them."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files.write_text(rundir.path(run_dir, rundir.CONFIG), config_mod.to_yaml(s.cfg))
+    weights = save_weights(s.model, s.opts.ema, run_dir)
+    log(f"learn: kept the final weights in {weights} (trmkit eval {run_dir} --data OTHER scores them)")
 
 
 def fit_schedule(s: session.Session, now_s: float, per_step: float, timed_steps: int, budget_s: float,

@@ -45,6 +45,13 @@ RL_FIGURES = (
     ("rl_entropy", "Policy entropy per response position (nats)",
      ("entropy/propose", "entropy/solve", "entropy/critique")),
 )
+# Grid tasks' own evaluation metrics (a maze's path cells and its loss against the base-rate bound).
+PATH_FIGURES = (
+    ("paths", "Path cells (held-out): precision, recall, F1; valid shortest paths",
+     ("eval/path_precision", "eval/path_recall", "eval/path_f1", "eval/valid_path_accuracy")),
+    ("base_rate", "Open-cell loss / the base-rate bound (below 1: the model knows which cells)",
+     ("eval/loss_over_base_rate",)),
+)
 # Figures that are drawn against both step and wall time (the rest: step only).
 TWO_AXES = ("loss", "accuracy")
 
@@ -181,15 +188,45 @@ def write_report(run_dir: str | Path, plots: Plots | None = None) -> list[Path]:
         absent += [k for k in keys if k not in present]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
-    for stem, title, keys in RL_FIGURES:  # only where the run has them: no "absent" list for other runs
+    for stem, title, keys in RL_FIGURES + PATH_FIGURES:  # only where the run has them: no "absent" list
         present = [k for k in keys if _present(history, k)]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
     task_figures, task_markdown = plots(run_dir, out_dir) if plots is not None else ([], "")
-    written += task_figures
+    steps_figures, steps_markdown = steps_curve(run_dir, out_dir)
+    written += task_figures + steps_figures
+    task_markdown = steps_markdown + task_markdown
     md = write_text(out_dir / rundir.REPORT_MD,
                     _markdown(run_dir.name, summary, config, written, absent, len(history)) + task_markdown)
     return written + [md]
+
+
+def steps_curve(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
+    """RUN_DIR/eval_steps.json (`trmkit eval --steps 8,16,...`): exact accuracy against the number
+    of supervision steps at test time, one line per evaluated store, and its table."""
+    path = rundir.path(run_dir, rundir.EVAL_STEPS)
+    if not path.is_file():
+        return [], ""
+    import matplotlib.pyplot as plt
+
+    curves = json.loads(path.read_text())
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lines = ["", "## Test-time supervision steps (`trmkit eval --steps`)", "",
+             "| store | K | exact | valid paths | seconds |", "|---|---|---|---|---|"]
+    for store, by_k in curves.items():
+        ks = sorted(by_k, key=int)
+        ax.plot([int(k) for k in ks], [by_k[k].get("exact_accuracy", 0) for k in ks], marker="o",
+                label=Path(store).name)
+        lines += [f"| {Path(store).name} | {k} | {by_k[k].get('exact_accuracy', 0):.3f} | "
+                  f"{_cell(by_k[k].get('valid_path_accuracy'), '.3f')} | {by_k[k].get('seconds', 0):.0f} |" for k in ks]
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="supervision steps K at evaluation", ylabel="exact accuracy", title="More thinking at test time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = out_dir / "eval_steps.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out], "\n".join(lines) + "\n"
 
 
 def _table(rows: Sequence[tuple[Any, Any]], header: tuple[str, str]) -> list[str]:

@@ -114,6 +114,11 @@ def test_eval_steps_changes_the_steps_run_and_a_conv_model_reads_a_larger_grid(r
     assert "reads this 11 x 11 grid" in out.stderr
     kept = json.loads((run / "eval_steps.json").read_text())
     assert set(next(iter(kept.values()))) == {"1", "4"}
+    report = cli("report", str(run))
+    assert report.returncode == 0, report.stderr
+    assert "eval_steps.png" in report.stdout and "path" in report.stdout  # the K curve, the path figures
+    table = (run / "report" / "report.md").read_text()
+    assert "## Test-time supervision steps" in table and "| m11 | 4 |" in table
 
 
 def test_a_model_with_positions_is_refused_on_another_grid_size(root):
