@@ -58,8 +58,8 @@ model: {mixer: attention, hidden_size: 32, num_heads: 2, L_layers: 1, H_cycles: 
 train: {batch_size: 8, max_steps: 6, warmup_steps: 1, optimizer: adamw, ema_decay: 0.0, lr: 1.0e-3,
         checkpoint_every: 1, checkpoint_minutes: 0, keep_checkpoints: 3, log_every: 1, eval_every: 0,
         best_metric: solve_rate}
-rl: {proposals_per_type: 2, tasks_per_type: 3, env_tasks_per_type: 1, attempts: 2, critiques_per_type: 2,
-     heldout_per_type: 4}
+rl: {proposals_per_type: 1, propose_samples: 2, tasks_per_type: 4, proposer_share: 0.5, attempts: 3,
+     critiques_per_type: 2, heldout_per_type: 4, anchor_examples: 6}
 """
 
 

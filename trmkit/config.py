@@ -69,6 +69,13 @@ class ModelConfig:
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
     num_classes: int = 0  # a classify task's classes, from meta.json: one label per example, read from the
     #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
+    bag_positions: int = 0  # a classifier's last positions hold a bag of hashed n-grams (the store's
+    #                         meta.json): pooled and added to every token position's input, not mixed
+
+    @property
+    def network_positions(self) -> int:
+        """S: positions the network sees: the puzzle prefix and the sequence, less a pooled bag."""
+        return self.puzzle_emb_len + self.seq_len - self.bag_positions
 
     def __post_init__(self) -> None:
         self._check_mixer()
@@ -83,6 +90,9 @@ class ModelConfig:
         if self.num_classes < 0 or self.num_classes == 1:
             raise ConfigError(f"model.num_classes={self.num_classes}: a classifier needs at least 2 classes "
                               "(0 = a grid task's token head)")
+        if self.bag_positions and (not self.num_classes or self.bag_positions >= self.seq_len > 0):
+            raise ConfigError(f"model.bag_positions={self.bag_positions}: a bag needs a classifier "
+                              "(model.num_classes) and fewer positions than model.seq_len")
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 
@@ -203,12 +213,21 @@ def parse_weights(text: str) -> dict[str, float]:
 class RLConfig:
     """Self-play reinforcement learning (TR-RPG) and its seeding: `trmkit rl` (docs/rl.md)."""
 
-    proposals_per_type: int = 8  # proposer samples per task type per step
-    tasks_per_type: int = 16  # tasks the solver attempts per type per step (fresh proposals, generated, buffer)
-    env_tasks_per_type: int = 8  # of those, drawn fresh from the task generator (seeding's lengths), so the
-    # solver keeps practising the environment's tasks whatever the proposer drifts to (docs/rl.md)
-    attempts: int = 4  # k: solver attempts per task; the proposer's reward uses their solve rate
-    critiques_per_type: int = 16  # solver answers the critique judges per type per step
+    proposals_per_type: int = 2  # proposer prompts per task type per round (each sampled propose_samples times)
+    propose_samples: int = 2  # proposals drawn per prompt from one forward (their leave-one-out baseline)
+    tasks_per_type: int = 16  # tasks the solver attempts per type per round: fresh proposals, then generated
+    proposer_share: float = 0.25  # at most this share of the solver's tasks comes from fresh proposals
+    attempts: int = 16  # k: solver samples per task, all from one forward; leave-one-out baseline per task
+    critiques_per_type: int = 8  # solver answers the critique judges per type per round
+    critique_samples: int = 4  # verdicts drawn per judged answer from one forward
+    temperature: float = 0.5  # rollout temperature, in sampling and in log pi alike
+    baseline: str = "group"  # "group": leave-one-out per prompt; "running": the (type, role) Welford mean/std
+    weight_solve: float = 0.7  # each role's share of the policy-gradient loss
+    weight_propose: float = 0.15
+    weight_critique: float = 0.15
+    anchor_weight: float = 0.5  # the seeding loss on executor traces, added to every update (0 = off)
+    anchor_examples: int = 48  # seeding examples per update for the anchor
+    mixed_target: float = 0.3  # the generator's curriculum keeps at least this share of tasks of mixed outcome
     update_epochs: int = 2  # optimizer updates per rollout batch (w = pi_theta / pi_old moves from 1 after the first)
     lr: float = 1e-4  # self-play's learning rate (seeding uses train.lr; both warm up over train.warmup_steps)
     max_grad_norm: float = 1.0  # self-play clips the gradient's global norm to this before each update (0 = off)
@@ -216,7 +235,6 @@ class RLConfig:
     beta_solve: float = 0.05
     beta_critique: float = 0.1
     log_ratio_clip: float = 1.0  # log w is clipped to [-c, c]
-    t_max: int = 32  # think tokens at which the length reward saturates
     format_penalty: float = -0.5  # reward of a malformed response
     buffer_size: int = 2048  # valid tasks kept per type (oldest dropped first)
     seed_answer_weight: float = 1.0  # alpha of the seeding loss: extra weight on the answer's positions
@@ -231,20 +249,29 @@ class RLConfig:
     sandbox_memory_mb: int = 512  # the worker's address-space limit
 
     def __post_init__(self) -> None:
-        for name in ("proposals_per_type", "tasks_per_type", "attempts", "critiques_per_type", "update_epochs",
-                     "heldout_per_type"):
+        for name in ("proposals_per_type", "propose_samples", "tasks_per_type", "critiques_per_type",
+                     "critique_samples", "update_epochs", "heldout_per_type"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
-        if self.env_tasks_per_type < 0:
-            raise ConfigError(f"rl.env_tasks_per_type must be >= 0, got {self.env_tasks_per_type}")
-        if self.proposals_per_type + self.env_tasks_per_type > self.tasks_per_type:
-            raise ConfigError(f"rl.proposals_per_type={self.proposals_per_type} + rl.env_tasks_per_type="
-                              f"{self.env_tasks_per_type} > rl.tasks_per_type={self.tasks_per_type}: every fresh "
-                              "proposal and generated task is solved, so raise rl.tasks_per_type")
-        if self.t_max < 2:
-            raise ConfigError("rl.t_max must be >= 2 (the length reward divides by log(t_max))")
+        if self.attempts < 2:
+            raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
+        if self.proposals_per_type * self.propose_samples > self.proposer_slots():
+            raise ConfigError(f"rl.proposals_per_type x propose_samples = {self.proposals_per_type} x "
+                              f"{self.propose_samples} > {self.proposer_slots()}, the solver tasks the proposer "
+                              f"may supply (rl.proposer_share={self.proposer_share} of rl.tasks_per_type="
+                              f"{self.tasks_per_type}): lower them or raise rl.proposer_share")
+        if self.baseline not in ("group", "running"):
+            raise ConfigError(f"rl.baseline={self.baseline!r}: use 'group' or 'running'")
+        if not self.temperature > 0:
+            raise ConfigError("rl.temperature must be > 0")
         if self.log_ratio_clip <= 0:
             raise ConfigError("rl.log_ratio_clip must be > 0")
+        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight) < 0:
+            raise ConfigError("rl.weight_* and rl.anchor_weight must be >= 0")
+
+    def proposer_slots(self) -> int:
+        """Solver tasks per type that fresh proposals may fill."""
+        return int(self.proposer_share * self.tasks_per_type)
 
 
 SWITCH = ("auto", "on", "off")

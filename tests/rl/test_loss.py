@@ -6,8 +6,9 @@ from trmkit.config import ModelConfig
 from trmkit.model.trm import TRM
 from trmkit.rl import programs as P
 from trmkit.rl.loss import sft_loss, trrpg_gradient_weight, trrpg_loss
-from trmkit.rl.chunks import Group, chunked_backward
-from trmkit.rl.policy import encode, response_logits, sample, token_logprobs
+from trmkit.rl.chunks import Group, chunked_backward, group_loss
+from trmkit.rl.policy import draw, encode, response_logits, sample, token_logprobs
+from trmkit.rl.selfplay import credit_mask
 from trmkit.train.step import StepContext
 
 
@@ -19,15 +20,16 @@ def tiny_policy(seed=0) -> TRM:
     return TRM(cfg)
 
 
-def rollout_group(model, role, kind, n, seed, beta=0.05):
+def rollout_group(model, role, kind, n, seed, beta=0.05, k=2):
     g = torch.Generator().manual_seed(seed)
     lay = P.layout(role, kind)
     rows = torch.randint(0, len(P.VOCAB), (n, lay.prompt), generator=g)
     inputs = torch.cat([rows, torch.full((n, lay.response), P.BLANK)], 1).to(torch.uint8)
-    resp, logp, _ = sample(model, inputs, lay.response, 4, torch.no_grad, generator=g)
-    adv = torch.randn(n, generator=g)
-    return Group(role, kind, inputs, resp, 1.0 / n, logp_old=logp - 0.1 * torch.rand(n, generator=g),
-                 advantages=adv, beta=beta)
+    d = draw(model, inputs, lay.response, k, 4, torch.no_grad, generator=g)
+    adv = torch.randn(n, k, generator=g)
+    return Group(role, kind, inputs, d.responses, 1.0 / n,
+                 logp_old=d.token_logp - 0.1 * torch.rand(n, k, lay.response, generator=g) / lay.response,
+                 advantages=adv, beta=beta, credit=credit_mask(role, kind))
 
 
 def grads(model):
@@ -36,7 +38,9 @@ def grads(model):
 
 def test_autograd_gradient_equals_the_trrpg_formula():
     model = tiny_policy()
-    g = rollout_group(model, "solve", "deduction", 6, 1)
+    g = rollout_group(model, "solve", "deduction", 6, 1, k=1)
+    g.responses, g.advantages = g.responses[:, 0], g.advantages[:, 0]  # one sample per prompt
+    g.logp_old = g.logp_old[:, 0].sum(-1)
     # autograd of the surrogate (mean over samples)
     logits = response_logits(model, g.inputs, g.response_len)
     logp = token_logprobs(logits, g.responses).sum(-1)
@@ -94,6 +98,76 @@ def test_sft_loss_weights_the_answer():
     w = torch.tensor([[1.0, 2.0, 1.0]])
     expected = -(torch.log(torch.tensor(0.5)) + 2 * torch.log(torch.tensor(0.25)))
     assert torch.isclose(sft_loss(tok, w), torch.tensor([expected]))
+
+
+def k_sample_group(model, kind, n, k, seed, temperature):
+    g = torch.Generator().manual_seed(seed)
+    lay = P.layout("solve", kind)
+    rows = torch.randint(0, len(P.VOCAB), (n, lay.prompt), generator=g)
+    inputs = torch.cat([rows, torch.full((n, lay.response), P.BLANK)], 1).to(torch.uint8)
+    d = draw(model, inputs, lay.response, k, 100, torch.no_grad, temperature, generator=g)
+    adv = torch.randn(n, k, generator=g)
+    return Group("solve", kind, inputs, d.responses, 1.0 / (n * k), logp_old=d.token_logp - 0.01,
+                 advantages=adv, beta=0.05, credit=credit_mask("solve", kind), temperature=temperature)
+
+
+def test_k_samples_from_one_forward_give_the_gradient_of_k_copies():
+    model = tiny_policy(7)
+    n, k, T = 3, 4, 0.5
+    grouped = k_sample_group(model, "abduction", n, k, 11, T)
+    ctx = StepContext(micro_batch=100, ignore_label_id=-100, device=torch.device("cpu"))
+    model.zero_grad()
+    chunked_backward(model, [grouped], ctx, clip=1.0)
+    one_forward = grads(model)
+    # the same samples as k copies of each prompt, one response per row
+    copies = Group("solve", "abduction", grouped.inputs.repeat_interleave(k, 0),
+                   grouped.responses.reshape(n * k, 1, -1), grouped.scale,
+                   logp_old=grouped.logp_old.reshape(n * k, 1, -1), advantages=grouped.advantages.reshape(n * k, 1),
+                   beta=0.05, credit=grouped.credit, temperature=T)
+    model.zero_grad()
+    chunked_backward(model, [copies], ctx, clip=1.0)
+    k_copies = grads(model)
+    assert one_forward and one_forward.keys() == k_copies.keys()
+    for name in one_forward:
+        torch.testing.assert_close(one_forward[name], k_copies[name], rtol=1e-4, atol=1e-6)
+
+
+def test_the_temperature_is_the_same_in_sampling_and_in_log_pi():
+    model = tiny_policy(8)
+    lay = P.layout("solve", "deduction")
+    inputs = encode([[P.TOKEN["<solve>"]] * lay.prompt + [P.BLANK] * lay.response] * 2, len(P.VOCAB), "cpu")
+    d = draw(model, inputs, lay.response, 3, 10, torch.no_grad, temperature=0.5)
+    with torch.no_grad():
+        logits = response_logits(model, inputs, lay.response)
+    torch.testing.assert_close(d.token_logp, token_logprobs(logits, d.responses, 0.5))
+    assert not torch.allclose(d.token_logp, token_logprobs(logits, d.responses, 1.0))
+    # at temperature 0.5 the update's log pi_theta of the rollout's own samples equals log pi_old: w = 1
+    g = Group("solve", "deduction", inputs, d.responses, 1.0, logp_old=d.token_logp,
+              advantages=torch.zeros(2, 3), credit=credit_mask("solve", "deduction"), temperature=0.5)
+    _, stats = group_loss(model, g, slice(0, 2), StepContext(100, -100, torch.device("cpu")), clip=1.0)
+    torch.testing.assert_close(stats["ratio"], torch.ones(6))
+
+
+def test_the_solvers_gradient_covers_its_answer_slots_only():
+    mask = credit_mask("solve", "deduction")
+    start, end = P.answer_span("deduction")
+    assert mask.sum() == P.MAX_ITEMS and mask[start:end].all()
+    row = P.solve_tokens([(1, 2)], P.list_tokens((3, 4)))
+    assert [P.VOCAB[t] for t in row[start - 1:end + 1]] == ["<answer>", "3", "4", "<e>", "<e>", "<e>", "<e>",
+                                                           "</answer>"]
+    assert credit_mask("critique", "induction").tolist() == [True, False]  # the verdict, not the score
+    model = tiny_policy(9)
+    g = k_sample_group(model, "deduction", 2, 2, 5, 1.0)
+    model.zero_grad()
+    ctx = StepContext(micro_batch=100, ignore_label_id=-100, device=torch.device("cpu"))
+    chunked_backward(model, [g], ctx, clip=1.0)
+    before = grads(model)
+    g.responses[..., :start] = (g.responses[..., :start] + 1) % len(P.VOCAB)  # other think slots and tags
+    g.logp_old = g.logp_old.clone()
+    model.zero_grad()
+    chunked_backward(model, [g], ctx, clip=1.0)
+    for name, value in grads(model).items():  # the think slots do not enter the policy gradient
+        torch.testing.assert_close(value, before[name], rtol=1e-5, atol=1e-7)
 
 
 def test_sampled_log_probability_is_the_sum_of_the_positions():

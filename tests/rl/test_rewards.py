@@ -1,4 +1,4 @@
-"""Self-play rewards (schedules, length, solve/critique/propose), RunningStats against numpy, and
+"""Self-play rewards (solve/critique/propose), leave-one-out advantages, RunningStats against numpy, and
 the byte-bounded LRU cache."""
 
 import dataclasses
@@ -10,89 +10,44 @@ import pytest
 import torch
 
 from trmkit.rl.cache import ByteLRU, estimate_bytes
-from trmkit.rl.rewards import (ALPHA_C, ALPHA_S, RunningStats, alpha_c, alpha_s, critique_reward,
-                               length_reward, piecewise_linear, propose_reward, solve_reward)
-
-# --------------------------------------------------------------------------- schedules
-
-
-@pytest.mark.parametrize("t, want", [(0.0, 0.3), (0.1, 0.3), (0.2, 0.3), (0.4, 0.55), (0.6, 0.8),
-                                     (0.8, 0.875), (1.0, 0.95), (-3.0, 0.3), (1.5, 0.95)])
-def test_alpha_s_at_knots_midpoints_and_clamped(t, want):
-    assert alpha_s(t) == pytest.approx(want, abs=1e-12)
-
-
-@pytest.mark.parametrize("t, want", [(0.0, 0.1), (0.2, 0.1), (0.4, 0.35), (0.6, 0.6), (0.8, 0.7),
-                                     (1.0, 0.8), (-0.5, 0.1), (2.0, 0.8)])
-def test_alpha_c_at_knots_midpoints_and_clamped(t, want):
-    assert alpha_c(t) == pytest.approx(want, abs=1e-12)
-
-
-def test_piecewise_linear_is_flat_outside_its_knots_and_rejects_bad_points():
-    assert piecewise_linear(0.1, ((0.5, 2.0), (0.7, 4.0))) == 2.0
-    assert piecewise_linear(0.6, ((0.5, 2.0), (0.7, 4.0))) == pytest.approx(3.0)
-    assert piecewise_linear(0.9, ((0.5, 2.0), (0.7, 4.0))) == 4.0
-    assert piecewise_linear(0.3, ((0.0, 1.0),)) == 1.0
-    assert piecewise_linear(0.5, ((0.0, 0.0), (0.5, 0.0), (0.5, 1.0), (1.0, 1.0))) == 1.0  # step
-    with pytest.raises(ValueError, match="at least one"):
-        piecewise_linear(0.5, ())
-    with pytest.raises(ValueError, match="ascending"):
-        piecewise_linear(0.5, ((0.6, 1.0), (0.2, 0.0)))
-    with pytest.raises(ValueError, match="NaN"):
-        piecewise_linear(float("nan"), ALPHA_S)
-    assert ALPHA_C[-1] == (1.0, 0.8)
-
+from trmkit.rl.rewards import (RunningStats, critique_reward, group_advantages, leave_one_out, propose_reward,
+                               solve_reward)
 
 # --------------------------------------------------------------------------- rewards
 
 
-def test_length_reward():
-    assert length_reward(512, 512) == pytest.approx(1.0)
-    assert length_reward(16, 256) == pytest.approx(0.5)  # sqrt(t_max)
-    assert length_reward(8, 64) == pytest.approx(0.5)
-    assert length_reward(10_000, 512) == 1.0
-    assert length_reward(0, 512) == 0.0
-    assert length_reward(1, 512) == 0.0
-    assert length_reward(2, 2) == 1.0
-    with pytest.raises(ValueError, match="at least 2"):
-        length_reward(10, 1)
-
-
-def test_solve_reward():
-    # t = 0.4: alpha_s = 0.55; 16 of 256 tokens: R_len = 0.5
-    assert solve_reward(True, 16, 0.4, 256, True, -0.5) == pytest.approx(0.55 + 0.45 * 0.5)
-    assert solve_reward(False, 16, 0.4, 256, True, -0.5) == pytest.approx(0.45 * 0.5)
-    assert solve_reward(True, 0, 1.0, 256, True, -0.5) == pytest.approx(0.95)
-    assert solve_reward(True, 256, 0.0, 256, True, -0.5) == pytest.approx(1.0)
-    assert solve_reward(True, 256, 0.7, 256, False, -0.5) == -0.5  # malformed: penalty only
+def test_rewards_are_the_executors_verdict():
+    assert solve_reward(True, True, -0.5) == 1.0 and solve_reward(False, True, -0.5) == 0.0
+    assert solve_reward(True, False, -0.5) == -0.5  # malformed: the penalty only
+    assert critique_reward(True, True, -0.5) == 1.0 and critique_reward(False, True, -0.5) == 0.0
+    assert critique_reward(True, False, -0.25) == -0.25
     with pytest.raises(ValueError, match="format_penalty"):
-        solve_reward(True, 16, 0.4, 256, True, 0.5)
+        solve_reward(True, True, 0.5)
 
 
-def test_critique_reward():
-    # t = 0.8: alpha_c = 0.7
-    assert critique_reward(True, 5, 0.8, True, -0.5) == pytest.approx(1.0)
-    assert critique_reward(True, 0, 0.8, True, -0.5) == pytest.approx(0.7)
-    assert critique_reward(False, 3, 0.8, True, -0.5) == pytest.approx(0.3 * 0.6)
-    assert critique_reward(False, 4, 0.0, True, -0.5) == pytest.approx(0.9 * 0.8)
-    assert critique_reward(True, None, 0.8, False, -0.25) == -0.25
-    assert critique_reward(True, 5, 0.8, False, -0.25) == -0.25
-    for bad in (None, 6, -1, 2.5):
-        with pytest.raises(ValueError, match="score"):
-            critique_reward(True, bad, 0.8, True, -0.5)
-
-
-def test_propose_reward():
-    assert propose_reward(0.25, True, -0.5) == pytest.approx(0.75)
-    assert propose_reward(0.9, True, -0.5) == pytest.approx(0.1)
-    assert propose_reward(0.0, True, -0.5) == 0.0  # nobody solved it: maybe wrong, not rewarded
-    assert propose_reward(1.0, True, -0.5) == 0.0  # everybody solved it: trivial
-    assert propose_reward(None, True, -0.5) == 0.0  # the executor could not check it
+def test_propose_reward_peaks_at_mixed_outcome():
+    assert propose_reward(0.5, True, -0.5) == pytest.approx(1.0)
+    assert propose_reward(0.25, True, -0.5) == pytest.approx(0.75) == propose_reward(0.75, True, -0.5)
+    assert propose_reward(0.0, True, -0.5) == 0.0 and propose_reward(1.0, True, -0.5) == 0.0
+    assert propose_reward(None, True, -0.5) == 0.0  # the executor could not complete it
     assert propose_reward(0.5, False, -0.5) == -0.5
-    assert propose_reward(None, False, -0.5) == -0.5
     for bad in (1.5, -0.1, float("nan")):
         with pytest.raises(ValueError, match="solve_rate"):
             propose_reward(bad, True, -0.5)
+
+
+def test_leave_one_out_advantages_have_zero_mean_per_task():
+    rewards = [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]
+    loo = leave_one_out(rewards)
+    assert loo[0] == pytest.approx([1 - 1 / 3, -2 / 3, -2 / 3, 1 - 1 / 3])
+    for row in loo:
+        assert sum(row) == pytest.approx(0.0)  # no systematic push on whatever was sampled
+    adv = group_advantages(rewards)
+    assert adv[1] == [0.0] * 4  # every attempt scored the same: no gradient from this task
+    assert np.std([a for row in adv for a in row]) == pytest.approx(1.0)  # normalised within the round
+    assert group_advantages([[1.0, 1.0], [0.0, 0.0]]) == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(ValueError, match="at least 2"):
+        leave_one_out([[1.0]])
 
 
 # --------------------------------------------------------------------------- RunningStats

@@ -25,9 +25,8 @@ model: {mixer: attention, hidden_size: 32, num_heads: 2, L_layers: 1, H_cycles: 
 train: {batch_size: 12, max_steps: 4, lr: 3e-3, warmup_steps: 1, ema_decay: 0.0, optimizer: adamw,
         checkpoint_every: 1, checkpoint_minutes: 0, keep_checkpoints: 5, log_every: 1, micro_batch: 6,
         best_metric: solve_rate}
-rl: {proposals_per_type: 2, tasks_per_type: 3, env_tasks_per_type: 1, attempts: 2, critiques_per_type: 2,
-    heldout_per_type: 4,
-     update_epochs: 2}
+rl: {proposals_per_type: 1, propose_samples: 2, tasks_per_type: 4, proposer_share: 0.5, attempts: 3,
+     critiques_per_type: 2, critique_samples: 2, heldout_per_type: 4, anchor_examples: 6, update_epochs: 2}
 """
 
 
@@ -81,11 +80,13 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
     step = [h for h in history if "reward/solve" in h]
     assert len(step) == 4
     for key in ("reward/propose", "reward/solve", "reward/critique", "kl/solve", "entropy/critique",
-                "critique/agreement", "solve/train_solve_rate", "rl/alpha_s", "cache/hit_rate",
-                "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
+                "critique/agreement", "solve/train_solve_rate", "solve/greedy_solve_rate", "solve/format_rate",
+                "solve/mixed_share", "advantage/mean/solve", "kl/seed", "anchor/loss", "cache/hit_rate",
+                "curriculum/max_statements/deduction", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
         assert key in step[-1], key
-    assert step[0]["rl/alpha_s"] == pytest.approx(0.3) and step[-1]["rl/t"] == pytest.approx(0.75)
     assert any(h.get("kl/solve", 0) > 0 for h in step)  # the second update epoch moved off pi_old
+    assert all(abs(h["advantage/mean/solve"]) < 1e-6 for h in step)  # leave-one-out: zero mean per task
+    assert step[0]["kl/seed"] >= 0 and any(h["kl/seed"] > 0 for h in step)  # measured against the --init run
 
     cut = seeded / "cut"
     proc = trmkit(*selfplay_args(seeded, cut))
@@ -107,8 +108,9 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
     meta_a = load_checkpoint(list_checkpoints(full)[-1]).meta["stream"]
     meta_b = load_checkpoint(list_checkpoints(cut)[-1]).meta["stream"]
     assert meta_a.pop("seconds") > 0 and meta_b.pop("seconds") > 0  # wall time: the one thing not replayed
-    assert meta_a == meta_b  # RNG, baselines, task buffer, schedule position (by steps here)
-    assert meta_a["baselines"]["keys"] and sum(len(v) for v in meta_a["buffer"].values()) > 0
+    assert meta_a == meta_b  # RNG, task buffer, curriculum, schedule position (by steps here), the seed's path
+    assert sum(len(v) for v in meta_a["buffer"].values()) > 0 and set(meta_a["max_len"]) == {
+        "deduction", "abduction", "induction"} and meta_a["reference"]
 
 
 def test_bench_rl_reports_rollout_and_update_throughput(seeded):
@@ -118,13 +120,13 @@ def test_bench_rl_reports_rollout_and_update_throughput(seeded):
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["rollout_tokens_per_s"] > 0 and r["update_tokens_per_s"] > 0
-    # per type: proposals, tasks x attempts, critiques
-    assert r["samples_per_round"] == 3 * (2 + 3 * 2 + 2) and 0 < r["peak_rss_gb"] < 8
+    # per type: proposals, tasks x attempts, critiques x verdicts; and the anchor's seeding examples
+    assert r["samples_per_round"] == 3 * (1 * 2 + 4 * 3 + 2 * 2) + 6 and 0 < r["peak_rss_gb"] < 8
 
 
 def test_seeding_raises_the_held_out_solve_rate_by_execution():
-    """A small end-to-end run (not timed): an untrained policy solves no held-out task and writes no
-    well-formed answer; 100 seeding steps of a D=64 model make it solve some, checked by execution."""
+    """A small end-to-end run (not timed): an untrained policy solves no held-out task; 100 seeding
+    steps of a D=64 model make it write well-formed answers and solve some, checked by execution."""
     import torch
 
     from trmkit import config as C
@@ -155,5 +157,36 @@ def test_seeding_raises_the_held_out_solve_rate_by_execution():
     finally:
         torch.set_num_threads(threads)
         objective.close()
-    assert before["solve_rate"] == 0.0 and before["format_rate"] == 0.0
-    assert after["format_rate"] > 0.3 and after["solve_rate"] > 0.0, after
+    assert before["solve_rate"] == 0.0  # (random answer slots may parse: format_rate counts the answer only)
+    assert after["format_rate"] > max(0.3, before["format_rate"]) and after["solve_rate"] > 0.0, after
+
+
+def test_the_solvers_rollout_is_one_forward_per_task(monkeypatch):
+    """k = 8 attempts at each of 4 tasks: the network sees each task's prompt once, not 8 times."""
+    import torch
+
+    from trmkit import config as C
+    from trmkit.model.trm import TRM
+    from trmkit.rl import selfplay
+    from trmkit.train.step import StepContext
+
+    cfg = C.from_dict({"model": {"mixer": "attention", "hidden_size": 16, "num_heads": 2, "L_layers": 1,
+                                 "H_cycles": 1, "L_cycles": 1, "halt_max_steps": 1, "puzzle_emb_len": 0},
+                       "rl": {"proposals_per_type": 1, "propose_samples": 1, "tasks_per_type": 4,
+                              "attempts": 8, "heldout_per_type": 2}})
+    objective = selfplay.SelfPlayObjective(cfg, log=lambda m: None)
+    try:
+        model = TRM(C.replace(cfg, "model", **objective.model_fields()).model)
+        rows = []
+        real = model.forward
+        monkeypatch.setattr(model, "forward",
+                            lambda z_H, z_L, x, ids: rows.append(x.shape[0]) or real(z_H, z_L, x, ids))
+        ctx = StepContext(micro_batch=64, ignore_label_id=-100, device=torch.device("cpu"))
+        ro = selfplay.Rollout()
+        fresh = objective.propose(model, ctx, ro)
+        rows.clear()  # count the solver's forwards only
+        objective.solve(model, ctx, ro, fresh)
+    finally:
+        objective.close()
+    assert rows == [4, 4, 4]  # one forward per type, a row per task: 4 tasks, not 4 x 8 attempts
+    assert all(p.draw.responses.shape[:2] == (4, 8) for (role, _), p in ro.parts.items() if role == "solve")

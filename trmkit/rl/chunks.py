@@ -1,7 +1,10 @@
 """The loss of a batch of (role, type) groups, back-propagated in chunks of the micro-batch.
 
 A `Group` holds the rows of one (role, type) layout: prompts, responses and either per-position
-weights (seeding: supervised loss) or pi_old and advantages (self-play: the TR-RPG loss).
+weights (seeding: supervised loss) or, for self-play, k sampled responses per prompt with their
+pi_old and advantages (the TR-RPG loss over the positions the reward is decided at): one forward
+per prompt gives the log-probabilities of all k samples, and the gradient equals that of the k
+copies run separately (tests/rl/test_loss.py).
 `chunked_backward` runs them one after another in chunks of the planner's and the memory
 guard's micro-batch, so the gradients equal the full batch's at the memory of one chunk.
 """
@@ -26,28 +29,37 @@ class Group:
     role: str
     kind: str
     inputs: torch.Tensor  # (N, L) prompt + <blank> response positions
-    responses: torch.Tensor  # (N, R) int64: sampled (self-play) or target (seeding) tokens
-    scale: float  # each row's loss is multiplied by this (1 / rows of the role)
-    logp_old: torch.Tensor | None = None  # (N,) self-play
-    advantages: torch.Tensor | None = None  # (N,) self-play
+    responses: torch.Tensor  # seeding: (N, R) targets; self-play: (N, k, R) k samples per prompt
+    scale: float  # each row's (each sample's) loss is multiplied by this
+    logp_old: torch.Tensor | None = None  # (N, k, R) self-play: the sampler's per-position log-probabilities
+    advantages: torch.Tensor | None = None  # (N, k) self-play
     beta: float = 0.0
     weights: torch.Tensor | None = None  # (N, R) seeding: per-position weights
+    credit: torch.Tensor | None = None  # (R,) self-play: the positions the reward is decided at
+    temperature: float = 1.0  # self-play: the rollout's, in log pi_theta as in log pi_old
 
     @property
     def response_len(self) -> int:
-        return self.responses.shape[1]
+        return self.responses.shape[-1]
+
+    @property
+    def samples(self) -> int:
+        return self.responses.shape[0] * (self.responses.shape[1] if self.responses.dim() == 3 else 1)
 
 
 def group_loss(model: TRM, g: Group, rows: slice, ctx: StepContext, clip: float) -> tuple[torch.Tensor, dict]:
     """Summed loss of some rows of a group (scaled), and statistics."""
     with ctx.autocast():
-        logits = response_logits(model, g.inputs[rows], g.response_len)
-    tok = token_logprobs(logits, g.responses[rows])
+        logits = response_logits(model, g.inputs[rows], g.response_len)  # (n, R, V): one forward per prompt
     if g.weights is not None:
-        per = sft_loss(tok, g.weights[rows])
+        per = sft_loss(token_logprobs(logits, g.responses[rows]), g.weights[rows])
         return per.sum() * g.scale, {"loss": per.detach()}
-    per, stats = trrpg_loss(tok.sum(-1), g.logp_old[rows], g.advantages[rows], g.beta, clip)
-    stats["loss"] = per.detach()
+    mask = g.credit.to(logits.dtype)  # (R,)
+    new = (token_logprobs(logits, g.responses[rows], g.temperature) * mask).sum(-1)  # (n, k)
+    old = (g.logp_old[rows] * mask).sum(-1)
+    per, stats = trrpg_loss(new, old, g.advantages[rows], g.beta, clip)  # (n, k)
+    stats = {k: v.reshape(-1) for k, v in stats.items()}
+    stats["loss"] = per.detach().reshape(-1)
     return per.sum() * g.scale, stats
 
 

@@ -73,6 +73,7 @@ def init_from(session, run_dir: Path, log=print) -> None:
 
 def run_training(args: argparse.Namespace) -> int:
     from trmkit import hardware
+    from trmkit.rl.selfplay import SelfPlayObjective
     from trmkit.train import checkpoint, loop
     from trmkit.train.session import prepare
 
@@ -82,6 +83,8 @@ def run_training(args: argparse.Namespace) -> int:
         session = prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, objective=objective)
         if args.init and not checkpoint.list_checkpoints(session.cfg.run.dir):  # a resumed run has its own
             init_from(session, Path(args.init))
+            if isinstance(objective, SelfPlayObjective):  # it measures how far it moves from the seed
+                objective.set_reference(str(Path(args.init).resolve()))
         loop.train(session, is_tty=sys.stdout.isatty())
     finally:
         objective.close()

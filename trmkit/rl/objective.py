@@ -95,7 +95,8 @@ class CodeObjective:
 
     @torch.no_grad()
     def evaluate(self, model: TRM, ctx: StepContext) -> dict[str, float]:
-        """Greedy solver on the held-out tasks, checked by execution: solve rate per type and length."""
+        """Greedy solver on the held-out tasks, its answer slots checked by execution: solve rate per type
+        and length, and the share of well-formed answers."""
         model.eval()
         right, formed = [], []
         for kind in P.TYPES:
@@ -119,21 +120,22 @@ class CodeObjective:
         return out
 
     def _check_solutions(self, tasks: list[P.CodeTask], responses: list[list[int]]
-                         ) -> tuple[list[bool], list[P.SolveAnswer | None]]:
-        parsed: list[P.SolveAnswer | None] = []
+                         ) -> tuple[list[bool], list[tuple | None]]:
+        """Each response's answer slots checked by execution (None: the answer did not parse)."""
+        parsed: list[tuple | None] = []
         for t, r in zip(tasks, responses):
             try:
-                parsed.append(P.parse_solve(r, t.kind))
+                parsed.append(P.parse_answer(r, t.kind))
             except P.Malformed:
                 parsed.append(None)
-        items = [(t, p.answer) for t, p in zip(tasks, parsed) if p is not None]
+        items = [(t, a) for t, a in zip(tasks, parsed) if a is not None]
         verdicts = iter(self.executor.check(items))
-        return [next(verdicts) if p is not None else False for p in parsed], parsed
+        return [next(verdicts) if a is not None else False for a in parsed], parsed
 
-    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS) -> P.CodeTask:
-        """A generated task (never a held-out one), completed by execution."""
+    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS, min_len: int = 1) -> P.CodeTask:
+        """A generated task of min_len..max_len statements (never a held-out one), completed by execution."""
         while True:
-            t = P.random_task(self.rng, kind, 1, max_len)
+            t = P.random_task(self.rng, kind, min_len, max_len)
             if t.key() in self.heldout_keys:
                 self.counts["generated task equal to a held-out one, drawn again"] += 1
                 continue

@@ -6,10 +6,12 @@ of the positions' log-probabilities (pads after the answer included: the policy 
 them too). The logits are the last of N_sup supervision steps run from the initial state,
 the earlier steps without gradients, as the trainer's evaluation runs them. Softmax (not
 the stable-max of the puzzle loss) defines the policy, so sampling and log-probabilities
-are the textbook ones.
+are the textbook ones; a rollout temperature (rl.temperature) divides the logits in both.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,25 +38,60 @@ def response_logits(model: TRM, inputs: torch.Tensor, response_len: int) -> torc
     return logits[:, L - response_len:].float()
 
 
-def token_logprobs(logits: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-    """(N, R) log p_j(y_j)."""
-    return torch.gather(F.log_softmax(logits, dim=-1), -1, responses.unsqueeze(-1)).squeeze(-1)
+def token_logprobs(logits: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p_j(y_j) at `temperature`: logits (N, R, V), responses (N, R) -> (N, R), or k samples
+    per row, responses (N, k, R) -> (N, k, R), all read from the same logits."""
+    logp = F.log_softmax(logits / temperature, dim=-1)
+    if responses.dim() == 2:
+        return torch.gather(logp, -1, responses.unsqueeze(-1)).squeeze(-1)
+    k = responses.shape[1]
+    expanded = logp.unsqueeze(1).expand(-1, k, -1, -1)  # (N, k, R, V), a view
+    return torch.gather(expanded, -1, responses.unsqueeze(-1)).squeeze(-1)
 
 
-def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """(N,) mean entropy per response position, in nats."""
-    logp = F.log_softmax(logits, dim=-1)
+def entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """(N,) mean entropy per response position at `temperature`, in nats."""
+    logp = F.log_softmax(logits / temperature, dim=-1)
     return -(logp.exp() * logp).sum(-1).mean(-1)
+
+
+@dataclass
+class Draw:
+    """k responses per prompt from one forward: what the update needs of the sampler (pi_old)."""
+
+    responses: torch.Tensor  # (N, k, R) int64
+    token_logp: torch.Tensor  # (N, k, R) log pi_old per position, at the sampling temperature
+    greedy: torch.Tensor  # (N, R) the argmax response (no extra forward: the same logits)
+    entropy: torch.Tensor  # (N,)
+
+
+@torch.no_grad()
+def draw(model: TRM, inputs: torch.Tensor, response_len: int, k: int, chunk: int, autocast,
+         temperature: float = 1.0, generator: torch.Generator | None = None) -> Draw:
+    """k samples per prompt at `temperature`, all from one forward of the prompt (chunks of `chunk`
+    prompts): k attempts cost one forward, not k (the TRM writes every position at once, so the
+    k copies of a prompt would give identical logits). The per-position log-probabilities are
+    kept with the rollout: the update divides by them, so no second copy of the model is needed."""
+    parts = []
+    for start in range(0, inputs.shape[0], max(1, chunk)):
+        with autocast():
+            logits = response_logits(model, inputs[start:start + chunk], response_len)  # (n, R, V)
+        n, R, V = logits.shape
+        probs = F.softmax(logits / temperature, dim=-1).reshape(n * R, V)
+        resp = torch.multinomial(probs, k, replacement=True, generator=generator)  # (n*R, k)
+        resp = resp.view(n, R, k).permute(0, 2, 1).contiguous()  # (n, k, R)
+        parts.append(Draw(resp, token_logprobs(logits, resp, temperature), logits.argmax(-1),
+                          entropy(logits, temperature)))
+    return Draw(*(torch.cat([getattr(p, f) for p in parts]) for f in ("responses", "token_logp", "greedy",
+                                                                       "entropy")))
 
 
 @torch.no_grad()
 def sample(model: TRM, inputs: torch.Tensor, response_len: int, chunk: int, autocast,
            greedy: bool = False, generator: torch.Generator | None = None
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw responses in chunks of `chunk` rows: (responses (N, R) int64, log pi_old (N,), entropy (N,)).
-
-    The log-probabilities are kept with the rollout: the update divides by them, so no second
-    copy of the model is needed for pi_old."""
+    """One response per prompt (the held-out evaluation's greedy one): (responses (N, R) int64,
+    log pi (N,), entropy (N,))."""
     outs, logps, ents = [], [], []
     for start in range(0, inputs.shape[0], max(1, chunk)):
         rows = inputs[start:start + chunk]

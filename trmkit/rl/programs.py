@@ -277,6 +277,22 @@ def parse_solve(tokens, kind: str) -> SolveAnswer:
     return SolveAnswer(sum(len(v) for v in trace), tuple(trace), answer)
 
 
+def answer_span(kind: str) -> tuple[int, int]:
+    """Response positions [start, end) of the solver's answer slots (after <think> .. </think> <answer>)."""
+    start = 1 + MAX_STATEMENTS * MAX_ITEMS + 2
+    return start, start + _answer_len(kind)
+
+
+def parse_answer(tokens, kind: str) -> tuple[int, ...]:
+    """Only the answer slots of a solver's response: the part the executor checks (and the part the
+    self-play gradient covers); the think slots and tags are the seeding loss's to teach."""
+    start, end = answer_span(kind)
+    toks = list(tokens)[start:end]
+    if kind == "induction":
+        return _read_program(toks, 0, allow_gaps=False)[0]
+    return _read_list(toks, 0)[0]
+
+
 def parse_proposal(tokens, kind: str) -> CodeTask:
     """A proposer's task; empty program slots are skipped (the task is stored left-aligned)."""
     toks = list(tokens)

@@ -1,33 +1,28 @@
-"""Rewards for the three self-play roles (propose, solve, critique) and their running statistics.
+"""Rewards for the three self-play roles and the advantages computed from them.
 
-Each reward mixes a hard signal (the answer executed correctly, the critic agreed with the
-executor, the proposed task sat between trivial and impossible) with a soft one (how long the
-solver thought, the critic's own 0..5 score). Early in training the soft part dominates so a
-fresh model gets a gradient before it can solve anything; the weight of the hard part grows
-with training progress ``t`` in [0, 1]:
+Every reward is the executor's verdict, nothing self-graded (issue 26):
 
-    alpha_s(t): 0.3 until t = 0.2, linear to 0.8 at t = 0.6, linear to 0.95 at t = 1
-    alpha_c(t): 0.1 until t = 0.2, linear to 0.6 at t = 0.6, linear to 0.8 at t = 1
+    R_solve    = 1 if the answer executes right, 0 if wrong
+    R_critique = 1 if the critique's verdict (right / wrong) matches the executor's, else 0
+    R_propose  = 4 r (1 - r), r the solver's solve rate over its k attempts at the task:
+                 1 at r = 1/2, 0 for a task every attempt solves or none does (nothing to learn)
 
-    R_solve    = alpha_s * correct   + (1 - alpha_s) * R_len,   R_len = min(1, log n / log T_max)
-    R_critique = alpha_c * agreement + (1 - alpha_c) * score / 5
-    R_propose  = 1 - solve_rate  when 0 < solve_rate < 1, else 0
+A malformed output (no parsable answer, verdict or task) gets ``format_penalty`` (<= 0) instead.
 
-A malformed output (no parsable answer, critique or task) gets ``format_penalty`` (a number
-<= 0, e.g. -0.5) instead, in every role: it is the only reward below 0, so the model learns the
-format before anything else.
+Advantages (`group_advantages`): a prompt is sampled k times from one forward (rl/policy.py), and
+each sample's advantage is its reward minus the mean of the *other* k - 1 samples of the same
+prompt (leave-one-out), then divided by the standard deviation of the round's advantages of that
+(task type, role). A prompt whose samples all score the same contributes no gradient, and the
+mean advantage is 0 for every prompt: no systematic "raise whatever was sampled" term.
 
-Departures and choices:
-
-- The length term rewards log-length, capped at ``T_max`` tokens: log so the first few tokens of
-  thought count most and a long ramble gains little; capped so there is no reason to run to the
-  context limit. One token or none earns 0 (log 1 = 0).
-- A proposed task that every attempt solves (rate 1) teaches nothing, and one that none solves
-  (rate 0) may be wrong or impossible: both earn 0, as does a task the executor could not check
-  (``solve_rate=None``). They are rewarded 0, not penalised: the proposer was well formed.
-- ``RunningStats`` keeps a mean and variance per (task type, role) over all of training so
-  advantages are comparable across batches (Welford's update merged per batch with Chan et
-  al.'s parallel formula, so a batch costs one pass, not one update per value).
+Departures from TR-RPG as published, and why (measured in docs/rl.md):
+- No length reward. The TRM thinks in its latent recursion (T, n, supervision steps), not in the
+  tokens it writes all at once; a reward for emitted think tokens paid for noise (a wrong answer
+  with 30 think digits earned 0.687, a right one with a true trace 0.662). Think slots are trained
+  by the seeding loss on executor traces only (the anchor, rl/selfplay.py).
+- No critique creativity score: it was the critique's own output, which it learned to game.
+- The running (type, role) baseline of the published method (Welford, `RunningStats`) stays
+  available as rl.baseline=running; per-task group baselines are the default.
 
 Only the standard library is imported; nothing runs at import time.
 """
@@ -38,90 +33,26 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-# (t, alpha) knots; between knots the weight is linear, outside [0, 1] t is clamped.
-ALPHA_S = ((0.0, 0.3), (0.2, 0.3), (0.6, 0.8), (1.0, 0.95))
-ALPHA_C = ((0.0, 0.1), (0.2, 0.1), (0.6, 0.6), (1.0, 0.8))
-
-MAX_SCORE = 5  # the critic scores a solution 0..5
-
-
-# --------------------------------------------------------------------------- schedules
-
-
-def piecewise_linear(t: float, points: Sequence[tuple[float, float]]) -> float:
-    """The value at ``t`` (clamped to [0, 1]) of the line through ``points`` (x ascending).
-
-    Before the first knot the first value holds, after the last knot the last value: a schedule
-    with knots only inside [0, 1] is flat at its ends rather than extrapolated."""
-    if not points:
-        raise ValueError("piecewise_linear needs at least one (t, value) point")
-    xs = [float(x) for x, _ in points]
-    if any(b < a for a, b in zip(xs, xs[1:])):
-        raise ValueError(f"piecewise_linear points must have ascending t, got {xs}")
-    if math.isnan(t):
-        raise ValueError("training progress t is NaN: pass step / total_steps in [0, 1]")
-    t = min(1.0, max(0.0, float(t)))
-    if t < xs[0]:
-        return float(points[0][1])
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if t < x1:  # x0 <= t < x1, so x1 > x0: two knots at one t make a step, the later wins
-            return float(y0) + (float(y1) - float(y0)) * (t - x0) / (x1 - x0)
-    return float(points[-1][1])
-
-
-def alpha_s(t: float) -> float:
-    """Weight of correctness in the solve reward at training progress ``t``."""
-    return piecewise_linear(t, ALPHA_S)
-
-
-def alpha_c(t: float) -> float:
-    """Weight of agreement with the executor in the critique reward at training progress ``t``."""
-    return piecewise_linear(t, ALPHA_C)
-
 
 # --------------------------------------------------------------------------- rewards
 
 
-def length_reward(think_tokens: int, t_max: int) -> float:
-    """R_len = min(1, log n / log T_max): thinking longer earns more, less and less, up to T_max."""
-    if t_max < 2:
-        raise ValueError(f"t_max={t_max}: the length cap must be at least 2 tokens (log 1 = 0)")
-    if think_tokens <= 1:
-        return 0.0
-    return min(1.0, math.log(think_tokens) / math.log(t_max))
-
-
-def solve_reward(correct: bool, think_tokens: int, t: float, t_max: int, well_formed: bool,
-                 format_penalty: float) -> float:
-    """alpha_s(t) * correct + (1 - alpha_s(t)) * R_len, or ``format_penalty`` when malformed."""
+def solve_reward(correct: bool, well_formed: bool, format_penalty: float) -> float:
+    """1 right, 0 wrong, ``format_penalty`` when the answer could not be parsed."""
     _check_penalty(format_penalty)
-    if not well_formed:
-        return float(format_penalty)
-    a = alpha_s(t)
-    return a * float(bool(correct)) + (1.0 - a) * length_reward(think_tokens, t_max)
+    return float(bool(correct)) if well_formed else float(format_penalty)
 
 
-def critique_reward(agrees: bool, score: int | None, t: float, well_formed: bool,
-                    format_penalty: float) -> float:
-    """alpha_c(t) * agreement + (1 - alpha_c(t)) * score / 5, or ``format_penalty`` when malformed.
-
-    ``agrees``: the critic's verdict (correct / wrong) matches what executing the code found.
-    ``score`` may be None only for a malformed critique: a well-formed one always carries it."""
+def critique_reward(agrees: bool, well_formed: bool, format_penalty: float) -> float:
+    """1 when the verdict matches what executing the code found, 0 when not, penalty if malformed."""
     _check_penalty(format_penalty)
-    if not well_formed:
-        return float(format_penalty)
-    if score is None or isinstance(score, bool) or not 0 <= score <= MAX_SCORE \
-            or int(score) != score:
-        raise ValueError(f"critique score {score!r}: a well-formed critique has an integer score "
-                         f"0..{MAX_SCORE}; pass well_formed=False when it could not be parsed")
-    a = alpha_c(t)
-    return a * float(bool(agrees)) + (1.0 - a) * int(score) / MAX_SCORE
+    return float(bool(agrees)) if well_formed else float(format_penalty)
 
 
 def propose_reward(solve_rate: float | None, well_formed: bool, format_penalty: float) -> float:
-    """1 - solve_rate for a task solved sometimes (0 < rate < 1), 0 otherwise; penalty if malformed.
+    """4 r (1 - r): highest for a task of mixed outcome; 0 for one never or always solved.
 
-    ``solve_rate=None``: the task was well formed but the executor could not check it (it raised,
+    ``solve_rate=None``: the task was well formed but the executor could not complete it (it raised,
     timed out, had no deterministic answer), so it earns 0 like a trivial or impossible task."""
     _check_penalty(format_penalty)
     if not well_formed:
@@ -130,13 +61,39 @@ def propose_reward(solve_rate: float | None, well_formed: bool, format_penalty: 
         return 0.0
     if not 0.0 <= solve_rate <= 1.0:  # also rejects NaN
         raise ValueError(f"solve_rate={solve_rate}: a fraction of attempts must lie in [0, 1]")
-    return 1.0 - float(solve_rate) if 0.0 < solve_rate < 1.0 else 0.0
+    return 4.0 * solve_rate * (1.0 - solve_rate)
 
 
 def _check_penalty(format_penalty: float) -> None:
     if not format_penalty <= 0.0:
         raise ValueError(f"format_penalty={format_penalty}: it must be <= 0 (e.g. -0.5) so that "
                          "a malformed output never earns more than a well-formed one")
+
+
+# --------------------------------------------------------------------------- advantages
+
+
+def leave_one_out(rewards: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Per prompt (a row of k >= 2 samples): r_i - mean of the other k - 1 rewards of that row."""
+    out = []
+    for row in rewards:
+        k, total = len(row), float(sum(row))
+        if k < 2:
+            raise ValueError("a leave-one-out baseline needs at least 2 samples per prompt (rl.attempts >= 2)")
+        out.append([r - (total - r) / (k - 1) for r in row])
+    return out
+
+
+def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
+    """Leave-one-out advantages divided by their standard deviation over the round's rows (one
+    (type, role)); all zero when every prompt's samples scored alike."""
+    adv = leave_one_out(rewards)
+    flat = [a for row in adv for a in row]
+    mean = sum(flat) / len(flat)
+    std = math.sqrt(sum((a - mean) ** 2 for a in flat) / len(flat))
+    if std < eps:
+        return [[0.0] * len(row) for row in adv]
+    return [[a / std for a in row] for row in adv]
 
 
 # --------------------------------------------------------------------------- running statistics

@@ -1,22 +1,32 @@
-"""`SelfPlayObjective`: one self-play round per trainer step, top to bottom.
+"""`SelfPlayObjective`: one self-play round per trainer step, top to bottom (docs/rl.md).
 
-  1. propose: per task type, the proposer writes tasks (a reference task from the buffer in
-     its prompt); the executor runs each twice (determinism) inside the sandbox;
-  2. solve: k attempts at every fresh valid proposal, at rl.env_tasks_per_type tasks fresh from
-     the generator, then at buffer tasks up to rl.tasks_per_type; each answer is checked by execution;
-  3. critique: the critique judges some of the solver's answers (verdict + 0-5 score);
-  4. rewards (rl/rewards.py), advantages = reward minus the running (type x role) baseline,
-     divided by its running std (Welford);
-  5. update: rl.update_epochs optimizer steps; each back-propagates the TR-RPG loss role by
-     role in chunks of the micro-batch the planner and memory guard set (rl/chunks.py);
-     log pi_old was kept from the rollout, so no second model is held.
+TR-RPG's structure for a policy that writes all its slots at once (issue 26):
+
+  1. propose: per task type, rl.proposals_per_type prompts (a reference task from the buffer),
+     rl.propose_samples proposals each from one forward; the executor completes every valid one;
+  2. solve: the fresh valid proposals (at most rl.proposer_share of the solver's tasks), then
+     tasks from the generator at the curriculum's lengths, rl.tasks_per_type in all; k =
+     rl.attempts answers per task drawn from one forward of the task, each checked by execution;
+     the argmax of the same logits gives the greedy solve rate for free;
+  3. critique: rl.critiques_per_type of the solver's answers, rl.critique_samples verdicts each,
+     rewarded for agreeing with the executor (no self-graded score);
+  4. advantages: per prompt, leave-one-out over its samples, divided by the round's std per
+     (type, role) (rl/rewards.py; rl.baseline=running keeps the published running baseline);
+  5. update: rl.update_epochs optimizer steps of  sum over roles  weight_role * mean TR-RPG loss
+     (the solver over its answer slots only, the critique over its verdict, the proposer over its
+     task) + rl.anchor_weight * the seeding loss on fresh executor traces (which also teaches the
+     think slots); chunked in the micro-batch the planner and memory guard set (rl/chunks.py);
+     log pi_old was kept from the rollout at rl.temperature, the same temperature as log pi_theta.
+
+The curriculum: per type, the generator's program lengths move up when the solver solves most of
+its tasks and down when it solves few, to keep rl.mixed_target of them of mixed outcome.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,25 +37,44 @@ from trmkit.model.trm import TRM
 from trmkit.rl import programs as P
 from trmkit.rl import rewards as R
 from trmkit.rl.chunks import Group, chunked_backward
-from trmkit.rl.objective import CodeObjective, Log
-from trmkit.rl.policy import encode, sample
+from trmkit.rl.objective import Log
+from trmkit.rl.policy import Draw, draw, encode
+from trmkit.rl.seed import SeedObjective
 from trmkit.train.step import Optimizers, StepContext, apply_updates, set_learning_rates
 
 
 @dataclass
-class Rollout:
-    """What one self-play round generated, per (role, type): rows, responses, pi_old, rewards."""
+class Part:
+    """One (role, type) of a round: prompts, their k samples and rewards (N, k)."""
 
-    rows: dict = field(default_factory=dict)  # (role, kind) -> list of prompt rows
-    responses: dict = field(default_factory=dict)  # (role, kind) -> (N, R) int64
-    logp: dict = field(default_factory=dict)  # (role, kind) -> (N,)
-    entropy: dict = field(default_factory=dict)
-    rewards: dict = field(default_factory=dict)  # (role, kind) -> list of floats
+    rows: list[list[int]]
+    draw: Draw
+    rewards: list[list[float]]
+    credit: torch.Tensor  # (R,) bool: the response positions the reward is decided at
+
+
+@dataclass
+class Rollout:
+    parts: dict = field(default_factory=dict)  # (role, kind) -> Part
     metrics: dict = field(default_factory=dict)
 
 
-class SelfPlayObjective(CodeObjective):
-    """Propose / solve / critique self-play with TR-RPG (see the module docstring)."""
+def credit_mask(role: str, kind: str) -> torch.Tensor:
+    """The solver's answer slots, the critique's verdict, the proposer's whole task."""
+    n = P.layout(role, kind).response
+    mask = torch.zeros(n, dtype=torch.bool)
+    if role == "solve":
+        start, end = P.answer_span(kind)
+        mask[start:end] = True
+    elif role == "critique":
+        mask[0] = True
+    else:
+        mask[:] = True
+    return mask
+
+
+class SelfPlayObjective(SeedObjective):
+    """Propose / solve / critique self-play with TR-RPG and a seeding anchor (module docstring)."""
 
     name = "selfplay"
 
@@ -54,6 +83,9 @@ class SelfPlayObjective(CodeObjective):
         self.stats = R.RunningStats()
         self.buffer: dict[str, deque] = {k: deque(maxlen=cfg.rl.buffer_size) for k in P.TYPES}
         self.buffer_keys: set[str] = set()
+        self.max_len = {k: P.SEED_MAX_STATEMENTS for k in P.TYPES}  # the generator's curriculum
+        self.reference_path: str | None = None  # the seed run whose policy "KL to the seed" compares with
+        self.reference: TRM | None = None
         for kind in P.TYPES:  # the seed buffer: generated tasks, as AZR starts from a seed program
             for _ in range(min(256, cfg.rl.buffer_size)):
                 self._remember(self.fresh_task(kind))
@@ -71,6 +103,8 @@ class SelfPlayObjective(CodeObjective):
     def state_dict(self) -> dict:
         state = super().state_dict()
         state["baselines"] = self.stats.state_dict()
+        state["max_len"] = dict(self.max_len)
+        state["reference"] = self.reference_path
         state["buffer"] = {k: [[t.kind, list(t.program), [list(i) for i in t.inputs], [list(o) for o in t.outputs]]
                                for t in buf] for k, buf in self.buffer.items()}
         return state
@@ -78,6 +112,8 @@ class SelfPlayObjective(CodeObjective):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.stats.load_state_dict(state["baselines"])
+        self.max_len = {k: int(v) for k, v in state.get("max_len", self.max_len).items()}
+        self.reference_path, self.reference = state.get("reference"), None
         self.buffer_keys = set()
         for kind, items in state["buffer"].items():
             self.buffer[kind].clear()
@@ -89,15 +125,15 @@ class SelfPlayObjective(CodeObjective):
     def step(self, model: TRM, opts: Optimizers, cfg: TrainConfig, ctx: StepContext,
              on_oom=None) -> dict[str, float]:
         t0 = time.perf_counter()
-        t = self.progress(cfg)
         set_learning_rates(opts, self.steps, dataclasses.replace(cfg, lr=self.cfg.rl.lr))
         model.eval()
         ro = Rollout()
-        fresh = self.propose(model, ctx, ro, t)
-        attempts = self.solve(model, ctx, ro, fresh, t)
-        self.critique(model, ctx, ro, attempts, t)
+        fresh = self.propose(model, ctx, ro)
+        attempts = self.solve(model, ctx, ro, fresh)
+        self.critique(model, ctx, ro, attempts)
+        self.adapt_curriculum(ro)
         t1 = time.perf_counter()
-        groups = self.advantage_groups(ro, ctx.device)
+        groups = self.policy_groups(ro, ctx.device) + self.anchor_groups(ctx.device)
         model.train()
         norms = []
         for _ in range(self.cfg.rl.update_epochs):
@@ -107,149 +143,213 @@ class SelfPlayObjective(CodeObjective):
         t2 = time.perf_counter()
         self.steps += 1
         self.seconds += t2 - t0
-        metrics = self.round_metrics(ro, groups, stats, t, (t1 - t0, t2 - t1), opts)
+        metrics = self.round_metrics(ro, groups, stats, (t1 - t0, t2 - t1), opts)
         metrics["train/grad_norm"] = float(np.mean(norms))
+        kl = self.kl_to_reference(model, ctx)
+        if kl is not None:
+            metrics["kl/seed"] = kl
         return metrics
+
+    def set_reference(self, run_dir: str) -> None:
+        """The run the policy started from (--init): "kl/seed" measures how far the policy moved."""
+        self.reference_path, self.reference = str(run_dir), None
+
+    @torch.no_grad()
+    def kl_to_reference(self, model: TRM, ctx: StepContext, per_type: int = 16) -> float | None:
+        """KL(pi_theta || pi_seed) over the solver's answer slots at rl.temperature, on the first
+        held-out tasks of each type (a fixed probe: the policy is never trained on them)."""
+        from trmkit import rundir
+        from trmkit.rl.policy import response_logits
+
+        if self.reference_path is None:
+            return None
+        if self.reference is None:
+            with torch.random.fork_rng(devices=[]):  # its random init must not move the run's random state
+                self.reference = TRM(model.cfg).to(ctx.device).eval()
+            rundir.load_weights(self.reference, self.reference_path, ctx.device)
+        model.eval()
+        kls = []
+        for kind in P.TYPES:
+            tasks = [t for t in self.heldout if t.kind == kind][:per_type]
+            inputs = encode([P.prompt("solve", kind, P.task_tokens(t)) for t in tasks], len(P.VOCAB), ctx.device)
+            n, (a, b) = P.layout("solve", kind).response, P.answer_span(kind)
+            with ctx.autocast():
+                new, old = (response_logits(m, inputs, n)[:, a:b] / self.cfg.rl.temperature
+                            for m in (model, self.reference))
+            logp, logq = new.log_softmax(-1), old.log_softmax(-1)
+            kls.append((logp.exp() * (logp - logq)).sum(-1).mean())
+        return float(torch.stack(kls).mean())
 
     def clip_gradients(self, model: TRM) -> float:
         """The gradient's global norm before clipping (clipped to rl.max_grad_norm when set)."""
         params = [p for p in model.parameters() if p.grad is not None]
         limit = self.cfg.rl.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, limit if limit > 0 else float("inf"))
-        return float(norm)
+        return float(torch.nn.utils.clip_grad_norm_(params, limit if limit > 0 else float("inf")))
 
-    def _sample(self, model, ctx, role: str, kind: str, rows: list[list[int]], ro: Rollout) -> list[list[int]]:
+    def _draw(self, model, ctx, role: str, kind: str, rows: list[list[int]], k: int) -> Draw:
         inputs = encode(rows, len(P.VOCAB), ctx.device)
-        resp, logp, ent = sample(model, inputs, P.layout(role, kind).response, ctx.micro_batch, ctx.autocast)
-        key = (role, kind)
-        ro.rows[key] = ro.rows.get(key, []) + rows
-        for name, value in (("responses", resp), ("logp", logp), ("entropy", ent)):
-            d = getattr(ro, name)
-            d[key] = torch.cat([d[key], value]) if key in d else value
-        return resp.tolist()
+        return draw(model, inputs, P.layout(role, kind).response, k, ctx.micro_batch, ctx.autocast,
+                    self.cfg.rl.temperature)
 
-    def propose(self, model, ctx, ro: Rollout, t: float) -> dict[str, list]:
-        """Sample proposals; returns kind -> [(index in the propose group, completed task or None)]."""
+    def propose(self, model, ctx, ro: Rollout) -> dict[str, list]:
+        """Proposals; returns kind -> [(well formed, completed task or None)], one per sample."""
         rl, fresh = self.cfg.rl, {}
         for kind in P.TYPES:
             refs = [self.buffer[kind][self.rng.randrange(len(self.buffer[kind]))] for _ in range(rl.proposals_per_type)]
-            responses = self._sample(model, ctx, "propose", kind,
-                                     [P.prompt("propose", kind, P.task_tokens(r)) for r in refs], ro)
-            drafts: list = []
-            for r in responses:
-                try:
-                    drafts.append(P.parse_proposal(r, kind))
-                except P.Malformed as err:
-                    self.counts[f"proposal malformed: {err}"[:60]] += 1
-                    drafts.append(None)
-            valid = [d for d in drafts if d is not None and d.key() not in self.heldout_keys]
-            self.counts["proposal equal to a held-out task (not used)"] += sum(
-                d is not None and d.key() in self.heldout_keys for d in drafts)
-            done = dict(zip([id(d) for d in valid], self.executor.complete(valid)))
+            rows = [P.prompt("propose", kind, P.task_tokens(r)) for r in refs]
+            d = self._draw(model, ctx, "propose", kind, rows, rl.propose_samples)
+            drafts = [self._parse_proposal(r, kind) for r in d.responses.reshape(-1, d.responses.shape[-1]).tolist()]
+            valid = [x for x in drafts if x is not None]
+            done = dict(zip([id(x) for x in valid], self.executor.complete(valid)))
             fresh[kind] = []
-            for d in drafts:
-                task = done.get(id(d)) if d is not None else None
+            for x in drafts:
+                task = done.get(id(x)) if x is not None else None
                 if isinstance(task, str):
                     self.counts["proposal not a valid task (execution)"] += 1
                     task = None
-                fresh[kind].append((d is not None, task))
+                fresh[kind].append((x is not None, task))
+            ro.parts[("propose", kind)] = Part(rows, d, [], credit_mask("propose", kind))
         return fresh
 
-    def solve(self, model, ctx, ro: Rollout, fresh: dict, t: float) -> dict[str, list]:
-        """k attempts per task; rewards for the solver and (from the solve rates) the proposer."""
+    def _parse_proposal(self, response: list[int], kind: str) -> P.CodeTask | None:
+        try:
+            task = P.parse_proposal(response, kind)
+        except P.Malformed as err:
+            self.counts[f"proposal malformed: {err}"[:60]] += 1
+            return None
+        if task.key() in self.heldout_keys:
+            self.counts["proposal equal to a held-out task (not used)"] += 1
+            return None
+        return task
+
+    def solve(self, model, ctx, ro: Rollout, fresh: dict) -> dict[str, list]:
+        """k answers per task from one forward; rewards for the solver and, from the solve rates, the proposer."""
         rl, attempts = self.cfg.rl, {}
         for kind in P.TYPES:
-            tasks = [task for _, task in fresh[kind] if task is not None]
-            n_fresh = len(tasks)
-            tasks += [self.fresh_task(kind) for _ in range(rl.env_tasks_per_type)]
-            while len(tasks) < rl.tasks_per_type:
-                tasks.append(self.buffer[kind][self.rng.randrange(len(self.buffer[kind]))])
-            tries = [task for task in tasks for _ in range(rl.attempts)]
-            responses = self._sample(model, ctx, "solve", kind,
-                                     [P.prompt("solve", kind, P.task_tokens(x)) for x in tries], ro)
-            correct, parsed = self._check_solutions(tries, responses)
-            ro.rewards[("solve", kind)] = [
-                R.solve_reward(c, p.think_tokens if p else 0, t, rl.t_max, p is not None, rl.format_penalty)
-                for c, p in zip(correct, parsed)]
-            rates = np.array(correct, dtype=float).reshape(len(tasks), rl.attempts).mean(1)
-            ro.metrics[f"solve/train_solve_rate/{kind}"] = float(np.mean(correct))
-            ro.metrics[f"solve/format_rate/{kind}"] = float(np.mean([p is not None for p in parsed]))
-            ro.metrics[f"propose/difficulty/{kind}"] = float(rates[:n_fresh].mean()) if n_fresh else float("nan")
-            ro.rewards[("propose", kind)] = self._propose_rewards(fresh[kind], rates[:n_fresh])
-            for task in tasks[:n_fresh]:
+            proposed = [task for _, task in fresh[kind] if task is not None][:rl.proposer_slots()]
+            tasks = proposed + [self.fresh_task(kind, self.max_len[kind])
+                                for _ in range(rl.tasks_per_type - len(proposed))]
+            rows = [P.prompt("solve", kind, P.task_tokens(x)) for x in tasks]
+            d = self._draw(model, ctx, "solve", kind, rows, rl.attempts)
+            k = rl.attempts
+            tries = [x for x in tasks for _ in range(k)]
+            correct, parsed = self._check_solutions(tries, d.responses.reshape(len(tries), -1).tolist())
+            rewards = [R.solve_reward(c, a is not None, rl.format_penalty) for c, a in zip(correct, parsed)]
+            greedy, _ = self._check_solutions(tasks, d.greedy.tolist())
+            rates = np.array(correct, dtype=float).reshape(len(tasks), k).mean(1)
+            ro.parts[("solve", kind)] = Part(rows, d, np.array(rewards).reshape(len(tasks), k).tolist(),
+                                             credit_mask("solve", kind))
+            ro.metrics.update({f"solve/train_solve_rate/{kind}": float(np.mean(correct)),
+                               f"solve/greedy_solve_rate/{kind}": float(np.mean(greedy)),
+                               f"solve/format_rate/{kind}": float(np.mean([a is not None for a in parsed])),
+                               f"solve/mixed_share/{kind}": float(np.mean((rates > 0) & (rates < 1)))})
+            self._propose_rewards(ro, kind, fresh[kind], dict(zip(map(id, proposed), rates)))
+            for task in proposed:
                 self._remember(task)
-            attempts[kind] = list(zip(tries, responses, correct))
+            attempts[kind] = list(zip(tries, d.responses.reshape(len(tries), -1).tolist(), correct))
         return attempts
 
-    def _propose_rewards(self, fresh: list, rates: np.ndarray) -> list[float]:
-        rl, out, it = self.cfg.rl, [], iter(rates)
-        for well_formed, task in fresh:
-            rate = float(next(it)) if task is not None else None
-            out.append(R.propose_reward(rate, well_formed, rl.format_penalty))
-        return out
+    def _propose_rewards(self, ro: Rollout, kind: str, fresh: list, rate_of: dict) -> None:
+        rl, part = self.cfg.rl, ro.parts[("propose", kind)]
+        flat = [R.propose_reward(rate_of.get(id(task)) if task is not None else None, formed, rl.format_penalty)
+                for formed, task in fresh]
+        part.rewards = np.array(flat).reshape(len(part.rows), rl.propose_samples).tolist()
+        used = [rate_of[id(task)] for _, task in fresh if task is not None and id(task) in rate_of]
+        ro.metrics[f"propose/difficulty/{kind}"] = float(np.mean(used)) if used else float("nan")
 
-    def critique(self, model, ctx, ro: Rollout, attempts: dict, t: float) -> None:
+    def critique(self, model, ctx, ro: Rollout, attempts: dict) -> None:
         rl = self.cfg.rl
         for kind in P.TYPES:
             pool = attempts[kind]
             picks = [pool[self.rng.randrange(len(pool))] for _ in range(rl.critiques_per_type)]
             rows = [P.prompt("critique", kind, P.task_tokens(task) + resp) for task, resp, _ in picks]
-            responses = self._sample(model, ctx, "critique", kind, rows, ro)
+            d = self._draw(model, ctx, "critique", kind, rows, rl.critique_samples)
             rewards, agree = [], []
-            for (task, _, correct), r in zip(picks, responses):
-                try:
-                    verdict, score = P.parse_critique(r)
+            for (_, _, correct), samples in zip(picks, d.responses.tolist()):
+                row = []
+                for r in samples:
+                    verdict = {P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(r[0])
                     agree.append(verdict == correct)
-                    rewards.append(R.critique_reward(verdict == correct, score, t, True, rl.format_penalty))
-                except P.Malformed:
-                    agree.append(False)
-                    rewards.append(R.critique_reward(False, None, t, False, rl.format_penalty))
-            ro.rewards[("critique", kind)] = rewards
+                    row.append(R.critique_reward(verdict == correct, verdict is not None, rl.format_penalty))
+                rewards.append(row)
+            ro.parts[("critique", kind)] = Part(rows, d, rewards, credit_mask("critique", kind))
             ro.metrics[f"critique/agreement/{kind}"] = float(np.mean(agree))
 
-    def advantage_groups(self, ro: Rollout, device) -> list[Group]:
-        """Rewards -> advantages with the running (type x role) baselines; one Group per layout."""
-        rl, groups = self.cfg.rl, []
+    def adapt_curriculum(self, ro: Rollout) -> None:
+        """Longer generated programs where the solver solves most tasks, shorter where it solves few."""
+        for kind in P.TYPES:
+            rate = ro.metrics[f"solve/train_solve_rate/{kind}"]
+            if ro.metrics[f"solve/mixed_share/{kind}"] < self.cfg.rl.mixed_target:
+                step = 1 if rate > 0.5 else -1
+                self.max_len[kind] = min(P.MAX_STATEMENTS, max(1, self.max_len[kind] + step))
+            ro.metrics[f"curriculum/max_statements/{kind}"] = float(self.max_len[kind])
+
+    # ---- the update -----------------------------------------------------------------------------
+
+    def advantages(self, role: str, kind: str, rewards: list[list[float]]) -> list[list[float]]:
+        if self.cfg.rl.baseline == "group":
+            return R.group_advantages(rewards)
+        key, flat = f"{kind}|{role}", [r for row in rewards for r in row]
+        self.stats.update(key, flat)
+        norm = iter(self.stats.normalize(key, flat))
+        return [[next(norm) for _ in row] for row in rewards]
+
+    def policy_groups(self, ro: Rollout, device) -> list[Group]:
+        """One Group per (role, type); each role's samples share its weight (rl.weight_*)."""
+        rl = self.cfg.rl
         beta = {"propose": rl.beta_propose, "solve": rl.beta_solve, "critique": rl.beta_critique}
-        totals = Counter()
-        for (role, kind), rewards in ro.rewards.items():
-            totals[role] += len(rewards)
-        for role in P.ROLES:
-            for kind in P.TYPES:
-                rewards = ro.rewards.get((role, kind))
-                if not rewards:
-                    continue
-                key = f"{kind}|{role}"
-                self.stats.update(key, rewards)
-                adv = self.stats.normalize(key, rewards)
-                groups.append(Group(role, kind, encode(ro.rows[(role, kind)], len(P.VOCAB), device),
-                                    ro.responses[(role, kind)], 1.0 / totals[role],
-                                    logp_old=ro.logp[(role, kind)],
-                                    advantages=torch.tensor(adv, dtype=torch.float32, device=device),
-                                    beta=beta[role]))
+        weight = {"propose": rl.weight_propose, "solve": rl.weight_solve, "critique": rl.weight_critique}
+        samples = {role: sum(p.draw.responses.shape[0] * p.draw.responses.shape[1]
+                             for (r, _), p in ro.parts.items() if r == role) for role in P.ROLES}
+        groups = []
+        for (role, kind), part in ro.parts.items():
+            adv = self.advantages(role, kind, part.rewards)
+            ro.metrics[f"advantage/mean/{role}/{kind}"] = float(np.mean(adv))
+            groups.append(Group(role, kind, encode(part.rows, len(P.VOCAB), device), part.draw.responses,
+                                weight[role] / samples[role], logp_old=part.draw.token_logp,
+                                advantages=torch.tensor(adv, dtype=torch.float32, device=device),
+                                beta=beta[role], credit=part.credit.to(device), temperature=rl.temperature))
         return groups
 
-    def round_metrics(self, ro: Rollout, groups: list[Group], stats: dict, t: float, times, opts) -> dict:
+    def anchor_groups(self, device) -> list[Group]:
+        """The seeding loss on fresh executor traces, weighted rl.anchor_weight: it ties the policy to
+        well-formed outputs and teaches the think slots, which the policy gradient leaves alone."""
+        rl = self.cfg.rl
+        if rl.anchor_weight <= 0:
+            return []
+        examples = self.examples(rl.anchor_examples)
+        groups = self.groups(examples, device)
+        for g in groups:
+            g.scale *= rl.anchor_weight
+            g.role = f"anchor-{g.role}"
+        return groups
+
+    def round_metrics(self, ro: Rollout, groups: list[Group], stats: dict, times, opts) -> dict:
         m: dict[str, float] = {k: v for k, v in ro.metrics.items() if v == v}  # NaN: no fresh proposal
         for role in P.ROLES:
-            rs = [r for (ro_, _), v in ro.rewards.items() if ro_ == role for r in v]
-            m[f"reward/{role}"] = float(np.mean(rs))
-            ents = [ro.entropy[(role, k)] for k in P.TYPES if (role, k) in ro.entropy]
-            m[f"entropy/{role}"] = float(torch.cat(ents).mean())
+            parts = [p for (r, _), p in ro.parts.items() if r == role]
+            m[f"reward/{role}"] = float(np.mean([x for p in parts for row in p.rewards for x in row]))
+            m[f"entropy/{role}"] = float(torch.cat([p.draw.entropy for p in parts]).mean())
             kls = [s["kl"] for key, s in stats.items() if key.startswith(role + "/")]
             m[f"kl/{role}"] = float(torch.cat(kls).mean())
-        m["solve/train_solve_rate"] = float(np.mean([m[f"solve/train_solve_rate/{k}"] for k in P.TYPES]))
+            m[f"advantage/mean/{role}"] = float(np.mean([m.pop(f"advantage/mean/{role}/{k}") for k in P.TYPES]))
+        for name in ("train_solve_rate", "greedy_solve_rate", "format_rate", "mixed_share"):
+            m[f"solve/{name}"] = float(np.mean([m[f"solve/{name}/{k}"] for k in P.TYPES]))
         m["critique/agreement"] = float(np.mean([m[f"critique/agreement/{k}"] for k in P.TYPES]))
         diffs = [m[f"propose/difficulty/{k}"] for k in P.TYPES if f"propose/difficulty/{k}" in m]
         if diffs:
             m["propose/difficulty"] = float(np.mean(diffs))
-        m["rl/alpha_s"], m["rl/alpha_c"], m["rl/t"] = R.alpha_s(t), R.alpha_c(t), t
+        anchor = [s["loss"] for key, s in stats.items() if key.startswith("anchor-")]
+        if anchor:
+            m["anchor/loss"] = float(torch.cat(anchor).mean())
         m["train/loss"] = float(torch.cat([s["loss"] for s in stats.values()]).mean())
         m["train/lr"] = float(opts.dense.param_groups[0]["lr"])
-        tokens = sum(g.inputs.numel() for g in groups)
-        m["perf/rollout_tokens_per_s"] = tokens / max(times[0], 1e-9)
-        m["perf/update_tokens_per_s"] = tokens * self.cfg.rl.update_epochs / max(times[1], 1e-9)
-        m["perf/samples"] = float(sum(g.inputs.shape[0] for g in groups))
+        forward_rows = sum(g.inputs.shape[0] for g in groups)  # one forward per prompt, however many samples
+        m["perf/rollout_rows_per_s"] = forward_rows / max(times[0], 1e-9)
+        m["perf/rollout_tokens_per_s"] = sum(g.inputs.numel() for g in groups) / max(times[0], 1e-9)
+        m["perf/update_tokens_per_s"] = sum(g.inputs.numel() for g in groups) * self.cfg.rl.update_epochs / max(
+            times[1], 1e-9)
+        m["perf/samples"] = float(sum(g.samples for g in groups))
         m["cache/hit_rate"] = self.executor.cache.hit_rate
         m["buffer/tasks"] = float(sum(len(b) for b in self.buffer.values()))
         sb = self.executor.sandbox.stats
