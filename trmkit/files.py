@@ -162,3 +162,25 @@ def commit_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None
     fsync_dir(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def deliver(data: bytes, tmp_dir: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:
+    """Maildir delivery: write `data` to tmp_dir, fsync it, then hard-link it to `target` (never over
+    an existing file: False when `target` exists) and remove the tmp name; both folders fsync'd.
+    A reader of the target's folder sees the whole file or none of it."""
+    tmp_dir, target = Path(tmp_dir), Path(target)
+    tmp = tmp_dir / f"{TMP_PREFIX}{os.getpid()}-{target.name}"
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        fsync_dir(target.parent)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+        fsync_dir(tmp_dir)

@@ -93,6 +93,7 @@ def test_bundle_round_trip_never_unpickles(trained, monkeypatch):
             "model_card.md"} <= names
     card = (tmp / "bundle" / "model_card.md").read_text()
     assert "macro-F1" in card and "hard-ham" in card
+    assert "as `email predict` runs it (halting, float32)" in card and "at the end of training (all 2 steps)" in card
 
     def refuse(*a, **k):
         raise AssertionError("a bundle must load without unpickling")
@@ -175,3 +176,66 @@ def test_baseline_runs_on_the_same_split(trained, capsys):
     test_n = json.loads((tmp / "store" / "test" / "meta.json").read_text())["num_examples"]
     assert result["baseline"]["n"] == test_n == result["trm"]["n"]
     assert "macro-F1" in captured.err
+
+
+def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(trained, tmp_path, capsys):
+    """--bag: the whole message as hashed n-grams beside the tokens, through train, export and
+    predict; every prediction names its source and all probabilities; --threshold makes 'uncertain'."""
+    tmp, source = trained
+    store, run, bundle = tmp_path / "store", tmp_path / "run", tmp_path / "bundle"
+    assert cli.main(["data", "email", "--source", str(source), "--label-map", str(ROOT / "configs/email-sa3.yaml"),
+                     "--seq-len", "32", "--bag", "24", "--vocab-size", "2000", "--out", str(store)]) == 0
+    meta = json.loads((store / "train" / "meta.json").read_text())
+    assert meta["seq_len"] == 32 + 24 and meta["bag_positions"] == 24
+    (tmp_path / "tiny.yaml").write_text(TINY.replace("max_steps: 150", "max_steps: 20"))
+    assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={run}", f"data.path={store}"]) == 0
+    assert cli.main(["email", "export", str(run), "--out", str(bundle)]) == 0
+    assert (bundle / "bag.json").is_file()
+    capsys.readouterr()
+    files = sorted((source / "spam-1").iterdir())[:6]
+    assert cli.main(["email", "predict", str(bundle), *map(str, files), "--threshold", "0.999",
+                     "--threshold", "spam=0"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    # each file is read on its own; a SpamAssassin file starts with an mbox "From " line: path#0
+    assert len(lines) == 6 and {x["source"].removesuffix("#0") for x in lines} == {str(f) for f in files}
+    for x in lines:
+        assert set(x["probabilities"]) == {"easy-ham", "hard-ham", "spam"}
+        assert abs(sum(x["probabilities"].values()) - 1) < 1e-4
+        assert x["label"] == (x["predicted"] if x["predicted"] == "spam" else "uncertain")
+    assert cli.main(["email", "predict", str(bundle), str(files[0]), "--threshold", "ham=0.5"]) == 2
+    assert "CLASS=P with CLASS one of" in capsys.readouterr().err
+
+
+def test_sort_files_verified_copies_into_a_maildir_and_never_touches_the_originals(trained, tmp_path, capsys):
+    import hashlib
+
+    tmp, source = trained
+    box = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (box / sub).mkdir(parents=True)
+    picked = sorted((source / "spam-1").iterdir())[:6] + sorted((source / "easy-ham-1").iterdir())[:6]
+    for i, f in enumerate(picked):
+        (box / ("cur" if i % 2 else "new") / f"{i}.host:2,S").write_bytes(f.read_bytes())
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in box.rglob("*") if p.is_file()}
+    into = tmp_path / "sorted"
+    base = ["email", "sort", str(tmp / "run"), str(box), "--into", str(into)]
+    assert cli.main([*base, "--dry-run"]) == 0
+    assert "would copy 12 messages" in capsys.readouterr().err and not into.exists()
+    assert cli.main(base) == 0
+    assert "copied 12 messages" in capsys.readouterr().err
+    copies = list(into.glob(".*/cur/*"))
+    assert sorted(p.read_bytes() for p in copies) == sorted(f.read_bytes() for f in picked)  # each exactly once
+    assert {p.parent.parent.name for p in copies} <= {".easy-ham", ".hard-ham", ".spam"}
+    assert not [p for p in into.rglob("tmp/*")]  # nothing left half-delivered
+    assert cli.main(base) == 0  # a second run finds everything in place
+    err = capsys.readouterr().err
+    assert "copied 0 messages" in err and "12 already there" in err
+    assert len(list(into.glob(".*/cur/*"))) == 12
+    assert cli.main([*base[:-1], str(tmp_path / "stamped"), "--stamp"]) == 0
+    for p in (tmp_path / "stamped").glob(".*/cur/*"):
+        head, _, rest = p.read_bytes().partition(b"\n")
+        assert head.startswith(b"X-Trmkit-Label: " + p.parent.parent.name[1:].encode() + b"; p=")
+        assert rest in {f.read_bytes() for f in picked}
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in box.rglob("*") if p.is_file()}
+    assert after == before  # the originals: same files, same bytes
+    assert cli.main(["email", "sort", str(tmp / "run"), str(tmp_path / "x.mbox"), "--into", str(into)]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import collections
 import gzip
+import json
 import mailbox
 import time
 import tracemalloc
@@ -178,6 +179,17 @@ def test_csv_with_bom_ragged_rows_long_text_and_a_junk_row(tmp_path: Path) -> No
     assert [m.split(": ")[0] for m in report.messages] == [f"{path}:6", f"{path}:7"]
 
 
+def test_a_semicolon_or_tab_separated_csv_is_read_by_its_header(tmp_path: Path) -> None:
+    for sep in (";", "\t"):
+        path = tmp_path / "s.csv"
+        path.write_text(f"Text{sep}Classification\n\"a{sep} quoted\"{sep}ham\nb, with commas{sep}spam\n"
+                        f"c{sep} unquoted{sep}ham\n")
+        msgs, report = run(path)
+        assert [(m.body, m.label) for m in msgs] == [(f"a{sep} quoted", "ham"), ("b, with commas", "spam"),
+                                                      (f"c{sep} unquoted", "ham")]
+        assert msgs[2].notes[0].startswith("1 unquoted ") and report.skipped == 0
+
+
 def test_csv_columns_by_name_and_errors(tmp_path: Path) -> None:
     path = tmp_path / "c.csv"
     path.write_text("id,Subject,Body,Sender,Category,Folder\n1,Hi,Hello there,a@b.c,work,Inbox\n")
@@ -235,7 +247,7 @@ def test_detect_format_and_bad_sources(tmp_path: Path) -> None:
         iter_messages(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="format 'pst' is unknown"):
         iter_messages(tmp_path / "a.csv", fmt="pst")
-    with pytest.raises(ValueError, match="use folder, gmail, header:NAME or column:NAME"):
+    with pytest.raises(ValueError, match="use folder, gmail, header:NAME, column:NAME or filename:REGEX"):
         iter_messages(tmp_path / "m", label_from="colour")
     with pytest.raises(ValueError, match="for CSV/JSONL sources"):
         iter_messages(tmp_path / "m", label_from="column:x")
@@ -252,6 +264,26 @@ def test_label_strategies_gmail_and_header(tmp_path: Path) -> None:
     assert [m.label for m in msgs] == [None, "Bank", None]
     msgs, _ = run(tmp_path, label_from="header:x-custom")  # not in HEADER_NAMES: kept on request
     assert [m.label for m in msgs] == [None, None, "Receipts"]
+
+
+def test_labels_from_file_names(tmp_path: Path) -> None:
+    """Ling-Spam names its spam spmsg*.txt inside folds part1..part10: the name, not the folder, is the label."""
+    for fold in ("part1", "part2"):
+        (tmp_path / fold).mkdir()
+        (tmp_path / fold / "spmsga1.txt").write_bytes(mail(f"spam {fold}"))
+        (tmp_path / fold / "3-1msg1.txt").write_bytes(mail(f"ham {fold}"))
+        (tmp_path / fold / "readme").write_bytes(mail(f"other {fold}"))
+    msgs, _ = run(tmp_path, label_from="filename:^(spm|[0-9])")
+    assert [(m.subject, m.label) for m in msgs] == [
+        ("ham part1", "3"), ("other part1", None), ("spam part1", "spm"),
+        ("ham part2", "3"), ("other part2", None), ("spam part2", "spm")]
+    msgs, _ = run(tmp_path, label_from="filename:msg")  # no group: the whole match
+    assert [m.label for m in msgs] == ["msg", None, "msg"] * 2
+    with pytest.raises(ValueError, match="does not compile"):
+        run(tmp_path, label_from="filename:(")
+    (tmp_path / "t.csv").write_text("text,label\nhi,ham\n")
+    with pytest.raises(ValueError, match="column:NAME"):
+        run(tmp_path / "t.csv", label_from="filename:x")
 
 
 # ---------------------------------------------------------------- MIME decoding
@@ -494,3 +526,27 @@ def test_turkish_csv_gives_824_messages() -> None:
     assert report.skipped_by_reason == {"empty text": 2}
     assert [m.split(": ")[0] for m in report.messages] == [f"{path}:32071", f"{path}:41953"]
     assert sum(1 for m in msgs if any("joined into the text" in n for n in m.notes)) == 124
+
+
+def test_a_build_folds_rare_classes_into_other_and_warns_about_fold_folders(tmp_path: Path, capsys) -> None:
+    from trmkit import cli
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    for fold, n in (("part1", 12), ("part2", 12), ("part3", 2), ("part4", 2)):
+        (tmp_path / "src" / fold).mkdir(parents=True)
+        for i in range(n):  # distinct texts, so de-duplication keeps them all
+            body = " ".join(words[(i + j) % len(words)] + str(i * 7 + j) for j in range(30))
+            (tmp_path / "src" / fold / f"m{i}").write_bytes(mail(f"{fold} {i}", body=f"{fold} {body}"))
+    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16"]
+    assert cli.main([*args, "--out", str(tmp_path / "a")]) == 2  # part3's 2 messages cannot fill 3 splits
+    assert "--min-class-count" in capsys.readouterr().err
+    assert cli.main([*args, "--min-class-count", "5", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "look like cross-validation parts" in out and "2 class(es) folded into 'Other' (part3 2, part4 2)" in out
+    meta = json.loads((tmp_path / "b" / "train" / "meta.json").read_text())
+    assert meta["classes"] == ["Other", "part1", "part2"]
+    assert meta["build"]["folded_classes"] == {"part3": 2, "part4": 2}
+    assert "train/test twins (stratified split)" in out and "--split thread or --split sender" in out
+    # one sender wrote them all: a sender split puts every message in one split, and says why it cannot
+    assert cli.main([*args, "--min-class-count", "5", "--split", "sender", "--out", str(tmp_path / "c")]) == 2
+    assert "have no training message" in capsys.readouterr().err

@@ -243,6 +243,31 @@ def test_tiny_class_is_an_error_naming_it():
         split(["ham"] * 5 + [None] + ["spam"] * 5, 0.1, 0.1, seed=0)
 
 
+def test_thread_and_sender_keys():
+    from trmkit.email.prepare import sender_key, thread_key
+
+    assert thread_key("Re: [ILUG] Fwd:  Meeting  Notes") == "meeting notes" == thread_key("meeting notes")
+    assert thread_key("YNT: Toplantı") == "toplantı" and thread_key("Re[2]: x") == "x"
+    assert thread_key("Reorganisation: plans") == "reorganisation: plans"  # a word, not a prefix
+    assert sender_key("Ann Smith <Ann@Example.ORG>") == "ann@example.org" and sender_key("") == ""
+
+
+def test_a_group_split_keeps_every_thread_in_one_split():
+    rng = np.random.default_rng(1)
+    groups = [f"thread{int(g)}" for g in rng.integers(0, 60, 500)] + [""] * 40  # "" : a thread of one
+    labels = ["ham", "spam"] * 270
+    train, val, test = split(labels, 0.1, 0.2, seed=0, by="thread", groups=groups)
+    assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(540))
+    where = {}
+    for name, rows in (("train", train), ("val", val), ("test", test)):
+        for i in rows:
+            if groups[i]:
+                assert where.setdefault(groups[i], name) == name  # no thread crosses a split
+    assert 0.15 < len(test) / 540 < 0.3 and len(val) > 0
+    with pytest.raises(ValueError, match="one key per message"):
+        split(labels, 0.1, 0.2, seed=0, by="sender")
+
+
 def test_time_split_orders_by_date_and_needs_dates():
     rng = np.random.default_rng(0)
     dates = rng.uniform(1e9, 1.1e9, size=100).tolist()

@@ -16,8 +16,8 @@ from trmkit.email.plots import classification_plots
 from trmkit.model.losses import log_stablemax
 from trmkit.report import write_report
 from trmkit.tasks.classify import (
-    ClassifyScorer, confusion_matrix, expected_calibration_error, fit_temperature, nll, per_class,
-    read_classification, reliability_bins, softmax_probs, stablemax_probs, summary_metrics,
+    ClassifyScorer, bootstrap_ci, confusion_matrix, expected_calibration_error, fit_temperature, nll, per_class,
+    _macro_f1_batch, read_classification, reliability_bins, softmax_probs, stablemax_probs, summary_metrics,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -66,6 +66,24 @@ def test_summary_metrics_by_hand_and_against_sklearn():
     s = summary_metrics(t, p, ["w", "x", "y", "z"])
     assert s["macro_f1"] == pytest.approx(f1_score(t, p, average="macro", zero_division=0))
     assert s["weighted_f1"] == pytest.approx(f1_score(t, p, average="weighted", zero_division=0))
+
+
+def test_bootstrap_intervals_hold_the_point_estimate_and_the_paired_difference_its_sign():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 400)
+    good = np.where(rng.random(400) < 0.9, y, (y + 1) % 3)  # 90% right
+    bad = np.where(rng.random(400) < 0.6, y, (y + 1) % 3)  # 60% right
+    ci = bootstrap_ci(y, good, 3, other_pred=bad, rounds=400)
+    point = summary_metrics(y, good, NAMES)
+    assert _macro_f1_batch(y[None], good[None], 3)[0] == pytest.approx(point["macro_f1"])
+    assert _macro_f1_batch(np.array([Y_TRUE]), np.array([Y_PRED]), 3)[0] == pytest.approx(
+        summary_metrics(Y_TRUE, Y_PRED, NAMES)["macro_f1"])  # a class never predicted counts
+    assert ci["macro_f1"][0] <= point["macro_f1"] <= ci["macro_f1"][1]
+    assert ci["accuracy"][0] <= point["accuracy"] <= ci["accuracy"][1] and ci["accuracy"][1] - ci["accuracy"][0] < 0.1
+    assert 0 < ci["macro_f1_difference"][0] < ci["macro_f1_difference"][1]  # clearly better on this split
+    same = bootstrap_ci(y, good, 3, other_pred=good, rounds=50)
+    assert same["macro_f1_difference"] == [0.0, 0.0]
+    assert summary_metrics(Y_TRUE, Y_PRED, NAMES)["small_classes"] == NAMES  # 3, 2 and 2 examples: all < 20
 
 
 def test_bad_labels_are_named():

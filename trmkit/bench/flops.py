@@ -53,7 +53,7 @@ def swiglu_flops(rows: int, d: int, width: int) -> int:
 
 def layer_flops(cfg: ModelConfig) -> int:
     """Forward FLOPs of one block for one sample (see the module docstring)."""
-    S, D = cfg.puzzle_emb_len + cfg.seq_len, cfg.hidden_size
+    S, D = cfg.network_positions, cfg.hidden_size
     channel = swiglu_flops(S, D, channel_width(cfg))
     if cfg.mixer == "mlp_t":
         mixer = swiglu_flops(D, S, swiglu_width(S, cfg.expansion))  # (B*D, S) rows after transpose
@@ -98,7 +98,7 @@ def model_gemms(cfg: ModelConfig, batch: int) -> list[Gemm]:
     Attention scores/values and the heads are left out: they are < 1% of the
     FLOPs for mlp_t and small for attention at S ~ 100.
     """
-    S, D, e = cfg.puzzle_emb_len + cfg.seq_len, cfg.hidden_size, cfg.expansion
+    S, D, e = cfg.network_positions, cfg.hidden_size, cfg.expansion
     fc = flops_per_sample(cfg)
     fwd, bwd = cfg.L_layers * (fc.calls_no_grad + fc.calls_grad), cfg.L_layers * fc.calls_grad
     wd = channel_width(cfg)

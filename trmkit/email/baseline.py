@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from trmkit.email.prepare import message_text  # noqa: F401 (the text both sides read)
-from trmkit.tasks.classify import summary_metrics
+from trmkit.tasks.classify import bootstrap_ci, summary_metrics
 
 SETTINGS = {"ngram_range": (1, 2), "sublinear_tf": True, "min_df": 2, "lowercase": True,
             "C": 10.0, "max_iter": 2000, "class_weight": None}
@@ -88,6 +88,7 @@ def run_baseline(train_texts: Sequence[str], train_labels: Sequence[Any], test_t
     pred = model.predict(vectorizer.transform(list(test_texts)))
     seconds = time.perf_counter() - t0
     result = summary_metrics(y_test, pred, class_names)
+    result.update(ci95=bootstrap_ci(y_test, pred, len(class_names)), preds=pred.tolist())
     result.update(seconds=seconds, features=len(vectorizer.vocabulary_), train=len(y_train),
                   settings={**SETTINGS, "ngram_range": list(SETTINGS["ngram_range"]), "seed": seed})
     return result

@@ -31,6 +31,7 @@ import torch
 from trmkit import rundir
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import META_FILE
+from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
@@ -48,6 +49,7 @@ FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, LABELS_FILE, CALIBRATION_FILE,
 FORMAT = "trmkit-email-bundle/1"
 NO_WEIGHTS = "train the run to the end first (`trmkit train`)"
 _COPY_CHUNK = 1 << 20
+UNCERTAIN = "uncertain"  # the label of a prediction under its class's threshold
 DTYPE_PROBE_ROWS = 32  # messages the dtype measurement runs (twice per dtype): a cheap, representative slice
 
 
@@ -94,13 +96,22 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
         f"{cal.ece_before:.4f} -> {cal.ece_after if cal.ece_after is not None else float('nan'):.4f}")
     if out.exists() and not (out / CONFIG_FILE).is_file():
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
-    config = {"format": FORMAT, "model": cfg["model"], "seq_len": meta["seq_len"],
+    config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta),
               "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
+    as_run = measure_as_predict_runs(run_dir, train.parent, meta["classes"], log)
     texts = {CONFIG_FILE: json.dumps(config, indent=2, default=str), LABELS_FILE: json.dumps(meta["classes"]),
              CALIBRATION_FILE: json.dumps(asdict(cal), indent=2),
-             MODEL_CARD_FILE: model_card(run_dir, cfg, meta, cal)}
-    write_bundle(out, {MODEL_FILE: weights, TOKENIZER_FILE: train / TOKENIZER_FILE}, texts)
+             MODEL_CARD_FILE: model_card(run_dir, cfg, meta, cal, as_run)}
+    copies = {MODEL_FILE: weights, TOKENIZER_FILE: train / TOKENIZER_FILE}
+    if (train / BAG_FILE).is_file():
+        copies[BAG_FILE] = train / BAG_FILE
+    write_bundle(out, copies, texts)
     return out
+
+
+def text_len(meta: dict) -> int:
+    """Token positions of a message in the store (its sequence, less the n-gram bag after it)."""
+    return int(meta["seq_len"]) - int(meta.get("bag_positions", 0))
 
 
 def write_bundle(out: Path, copies: dict[str, Path], texts: dict[str, str]) -> None:
@@ -120,8 +131,29 @@ def write_bundle(out: Path, copies: dict[str, Path], texts: dict[str, str]) -> N
         raise
 
 
-def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration) -> str:
-    """Markdown: the model, its data, and the test metrics measured at the end of training."""
+def measure_as_predict_runs(run_dir: Path, store: Path, classes: list[str], log=print) -> dict | None:
+    """The test split classified the way `email predict` runs by default (halting at the first
+    positive halting logit, float32): the card's headline numbers are the ones a user gets."""
+    from trmkit.email.task import MESSAGES_FILE
+    from trmkit.tasks.classify import summary_metrics
+
+    path = store / "test" / MESSAGES_FILE
+    if not path.is_file():
+        return None
+    records = json.loads(path.read_text())
+    clf = Classifier.load(run_dir, dtype="float32")
+    preds = clf.predict([Message(subject=r["subject"], sender=r["sender"], body=r["body"]) for r in records])
+    result = summary_metrics([classes.index(r["label"]) for r in records],
+                             [classes.index(p["predicted"]) for p in preds], classes)
+    result["steps_per_message"] = clf.steps_run / max(1, clf.messages_seen)
+    log(f"model card: the test split as `email predict` runs it: macro-F1 {result['macro_f1']:.4f}, "
+        f"{result['steps_per_message']:.2f} supervision steps per message")
+    return result
+
+
+def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration, as_run: dict | None = None) -> str:
+    """Markdown: the model, its data, the test metrics as `email predict` gets them (halting), and
+    as measured at the end of training (all N_sup steps)."""
     test = json.loads(rundir.path(run_dir, rundir.CLASSIFICATION).read_text())
     summary = test.get("summary", {})
     m, d = cfg["model"], meta["build"].get("dataset", {})
@@ -135,7 +167,14 @@ def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration) -> str:
         f"{d.get('split_sizes', '?')}",
         f"- duplicates removed before the split: {d.get('duplicates', '?')}", "",
         "## Held-out test metrics", "",
-        f"- accuracy {summary.get('accuracy', float('nan')):.4f}, macro-F1 {summary.get('macro_f1', float('nan')):.4f}",
+    ]
+    if as_run is not None:
+        lines.append(f"- as `email predict` runs it (halting, float32): accuracy {as_run['accuracy']:.4f}, "
+                     f"macro-F1 {as_run['macro_f1']:.4f}, {as_run['steps_per_message']:.2f} supervision steps "
+                     f"per message of {m['halt_max_steps']}")
+    lines += [
+        f"- at the end of training (all {m['halt_max_steps']} steps): accuracy "
+        f"{summary.get('accuracy', float('nan')):.4f}, macro-F1 {summary.get('macro_f1', float('nan')):.4f}",
         f"- expected calibration error {cal.ece_before:.4f} at T=1, "
         + (f"{cal.ece_after:.4f} at T={cal.temperature:.3f} (fitted on validation)" if cal.ece_after is not None
            else "no validation split to fit a temperature"), "",
@@ -147,16 +186,22 @@ def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration) -> str:
     return "\n".join(lines)
 
 
+def _bag(path: Path) -> Bag | None:
+    return Bag.load(path) if path.is_file() else None
+
+
 class Classifier:
     """A loaded bundle (or run directory): classify messages in batches.
 
     Satisfies serve.Predictor: `class_names` and `predict(messages) -> list[dict]`."""
 
     def __init__(self, model: TRM, tokenizer, class_names: list[str], seq_len: int, tail: int,
-                 temperature: float, batch_size: int = 64, halt: bool = True, dtype: str = "float32"):
+                 temperature: float, batch_size: int = 64, halt: bool = True, dtype: str = "float32",
+                 bag: Bag | None = None):
         self.model, self.tokenizer, self.class_names = model.eval(), tokenizer, class_names
         self.seq_len, self.tail, self.temperature = seq_len, tail, temperature
-        self.batch_size, self.halt = batch_size, halt
+        self.batch_size, self.halt, self.bag = batch_size, halt, bag
+        self.thresholds: dict[str, float] = {}  # class -> the probability below which it becomes "uncertain"
         self.steps_run = 0  # supervision steps computed, summed over messages (for the ACT saving)
         self.messages_seen = 0
         self.dtype = dtype  # "float32", "bfloat16" (autocast), or "auto": see choose_dtype
@@ -223,7 +268,7 @@ class Classifier:
         cal = json.loads((path / CALIBRATION_FILE).read_text()) if (path / CALIBRATION_FILE).is_file() else {}
         return cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE,
                           json.loads((path / LABELS_FILE).read_text()), config["seq_len"], config.get("tail", 0),
-                          float(cal.get("temperature", 1.0)), **kwargs)
+                          float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE), **kwargs)
 
     @classmethod
     def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
@@ -233,7 +278,8 @@ class Classifier:
             calibrate(run_dir)
         cal = json.loads(fitted.read_text()) if fitted.is_file() else {}
         return cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
-                          meta["seq_len"], meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)), **kwargs)
+                          text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
+                          bag=_bag(train / BAG_FILE), **kwargs)
 
     @classmethod
     def _build(cls, model_cfg: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
@@ -275,7 +321,11 @@ class Classifier:
         return out.numpy()
 
     def encode(self, messages: list[Message]) -> np.ndarray:
-        return self.tokenizer.encode_batch([(m.subject, m.sender, m.body) for m in messages], self.seq_len, self.tail)
+        fields = [(m.subject, m.sender, m.body) for m in messages]
+        tokens = self.tokenizer.encode_batch(fields, self.seq_len, self.tail)
+        if self.bag is None:
+            return tokens
+        return np.concatenate([tokens.astype(np.int64), self.bag.encode([bag_text(*f) for f in fields])], axis=1)
 
     def predict(self, messages: list[Message]) -> list[dict]:
         results = []
@@ -290,9 +340,15 @@ class Classifier:
         return results
 
     def _result(self, msg: Message, probs: np.ndarray, index: int) -> dict:
+        """One prediction: where the message is (so it can be moved), every class's probability, and
+        "uncertain" in place of a label whose probability is under its threshold (--threshold)."""
         top = np.argsort(-probs)[:3]
-        return {"id": msg.message_id or msg.where or f"message-{index}", "label": self.class_names[top[0]],
-                "probability": round(float(probs[top[0]]), 6),
+        best = self.class_names[top[0]]
+        sure = probs[top[0]] >= self.thresholds.get(best, self.thresholds.get("*", 0.0))
+        return {"id": msg.message_id or msg.where or f"message-{index}", "source": msg.where,
+                "message_id": msg.message_id, "label": best if sure else UNCERTAIN,
+                "predicted": best, "probability": round(float(probs[top[0]]), 6),
+                "probabilities": {c: round(float(p), 6) for c, p in zip(self.class_names, probs)},
                 "top3": [{"label": self.class_names[i], "probability": round(float(probs[i]), 6)} for i in top]}
 
 

@@ -4,8 +4,10 @@
 (`LabelFrom`): "folder" (the sub-folder of an .eml folder, the Maildir folder with the top one
 called INBOX, the mbox file's stem; for CSV/JSONL the label column), "gmail" (the
 X-Gmail-Labels header via `gmail_label`; for CSV/JSONL the label column read the same way),
-"header:NAME" (the decoded value of header NAME; for CSV/JSONL the column NAME) and
-"column:NAME" (CSV/JSONL only); a label that cannot be found is None. A label map (YAML, see
+"header:NAME" (the decoded value of header NAME; for CSV/JSONL the column NAME),
+"column:NAME" (CSV/JSONL only) and "filename:REGEX" (files and mboxes: the regex searched in the
+file's name, its first group or the whole match, e.g. Ling-Spam's spmsg* files with
+'filename:^(spm|[0-9])'); a label that cannot be found is None. A label map (YAML, see
 configs/email-taxonomy.yaml) turns raw labels into the categories
 the classifier learns. The map format:
 
@@ -103,8 +105,24 @@ def label_strategy(label_from: str) -> LabelFrom:
         return LabelFrom(kind)
     if kind in ("header", "column") and name:
         return LabelFrom(kind, name)
-    raise ValueError(f"label_from={label_from!r}: use folder, gmail, header:NAME or column:NAME "
-                     "(e.g. header:X-Folder, column:category)")
+    if kind == "filename" and name:
+        try:
+            re.compile(name)
+        except re.error as exc:
+            raise ValueError(f"label_from={label_from!r}: the regex does not compile ({exc})") from None
+        return LabelFrom(kind, name)
+    raise ValueError(f"label_from={label_from!r}: use folder, gmail, header:NAME, column:NAME or filename:REGEX "
+                     "(e.g. header:X-Folder, column:category, 'filename:^(spm|[0-9])')")
+
+
+def filename_label(where: str, pattern: str) -> str | None:
+    """The raw label a file's name gives under filename:REGEX: the regex's first group when it has
+    one, else the whole match; a name it does not match (or matches empty) gives None."""
+    name = Path(where.split("#", 1)[0]).name  # an mbox message's where is path#index
+    found = re.search(pattern, name)
+    if found is None:
+        return None
+    return (found.group(1) if found.re.groups else found.group(0)) or None
 
 
 def _header_lookup(headers: Mapping[str, str], name: str) -> str | None:
@@ -120,6 +138,8 @@ def email_label(msg: Message, folder: str | None, strategy: LabelFrom) -> str | 
         return folder
     if strategy.kind == "gmail":
         return gmail_label(_header_lookup(msg.headers, "X-Gmail-Labels") or "")
+    if strategy.kind == "filename":
+        return filename_label(msg.where, strategy.name)
     return _header_lookup(msg.headers, strategy.name)
 
 

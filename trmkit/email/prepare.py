@@ -20,7 +20,7 @@ from trmkit.email.dedup import DedupResult
 from trmkit.email.mail import Message
 
 LANGUAGES = ("tr", "en", "other")
-SPLIT_METHODS = ("stratified", "time")
+SPLIT_METHODS = ("stratified", "time", "thread", "sender")
 SPLIT_NAMES = ("train", "val", "test")
 
 
@@ -153,8 +153,8 @@ def _stratified(labels: Sequence[str], val_fraction: float, test_fraction: float
         if len(idx) < needed:
             raise ValueError(
                 f"class {cls!r} has {len(idx)} message(s); a stratified split needs at least "
-                f"{needed} per class (one in each split): merge it into another class with a "
-                "label map, or add data"
+                f"{needed} per class (one in each split): fold rare classes into Other with "
+                "--min-class-count N, merge it into another class with a label map, or add data"
             )
         idx = rng.permutation(idx)
         n_val, n_test = _class_counts(len(idx), val_fraction, test_fraction)
@@ -182,21 +182,68 @@ def _by_time(dates: Sequence[float | None] | None, n: int, val_fraction: float,
     return order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :]
 
 
+_REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|fw|aw|wg|sv|vs|ynt|ilt|cevap|yan[ıi]t)\s*(\[\d+\])?\s*:|\[[^\]]*\])\s*",
+                           re.IGNORECASE)
+
+
+def thread_key(subject: str) -> str:
+    """The subject without reply / forward prefixes and list tags ("Re: [x] Fwd: Hi" -> "hi")."""
+    text = subject
+    while True:
+        cut = _REPLY_PREFIX.sub("", text, count=1)
+        if cut == text:
+            return " ".join(text.lower().split())
+        text = cut
+
+
+def sender_key(sender: str) -> str:
+    """The sender's address, lower case ("Ann <Ann@X.org>" -> "ann@x.org"); "" when none."""
+    from email.utils import parseaddr
+
+    return parseaddr(sender)[1].strip().lower()
+
+
+def _by_group(groups: Sequence[str] | None, n: int, val_fraction: float, test_fraction: float,
+              seed: int) -> tuple[list[int], list[int], list[int]]:
+    """Whole groups (threads, senders) to one split each, in a seeded random order: test first until
+    it holds its share, then val, the rest train. An empty key is a group of one message."""
+    if groups is None or len(groups) != n:
+        raise ValueError("a split by thread or sender needs one key per message")
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(groups):
+        members.setdefault(key or f"\0{i}", []).append(i)
+    order = np.random.default_rng([seed, 3]).permutation(len(members))
+    keys = list(members)
+    want_test, want_val = _round_half_up(n * test_fraction), _round_half_up(n * val_fraction)
+    train: list[int] = []
+    val: list[int] = []
+    test: list[int] = []
+    for j in order:
+        rows = members[keys[j]]
+        target = test if len(test) < want_test else val if len(val) < want_val else train
+        target += rows
+    return train, val, test
+
+
 def split(labels: list[str], val_fraction: float, test_fraction: float, seed: int,
-          dates: list[float | None] | None = None,
-          by: str = "stratified") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          dates: list[float | None] | None = None, by: str = "stratified",
+          groups: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(train, val, test) row indices, each sorted.
 
     "stratified": per class (sorted by name), shuffled by np.random.default_rng([seed, 2]);
     round(n * test_fraction) go to test and round(n * val_fraction) to val, at least one each
     where the fraction is > 0. "time": oldest messages train, the next val, the newest test,
     which is how a filter meets mail in use (tomorrow's spam is not in today's training set).
+    "thread" / "sender": every message of a thread (`thread_key`) or a sender (`sender_key`),
+    given as `groups`, lands in one split, so no reply or no sender's look-alike crosses it.
     """
     _check_fractions(val_fraction, test_fraction)
     if by == "stratified":
         parts = _stratified(labels, val_fraction, test_fraction, seed)
     elif by == "time":
         parts = _by_time(dates, len(labels), val_fraction, test_fraction)
+    elif by in ("thread", "sender"):
+        parts = _by_group(groups, len(labels), val_fraction, test_fraction, seed)
     else:
         raise ValueError(f"unknown split method {by!r}; choose one of {', '.join(SPLIT_METHODS)}")
     train, val, test = (np.sort(np.asarray(p, dtype=np.int64)) for p in parts)

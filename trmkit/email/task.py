@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ import numpy as np
 
 from trmkit.data.imports import ImportReport
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.mail import Message
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.tasks.base import Log, Task
@@ -48,8 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", required=True, help="a mailbox: .eml folder(s), Maildir, mbox(.gz), CSV or JSONL")
     p.add_argument("--format", default="auto", choices=FORMATS, help="source format (auto: detected)")
     p.add_argument("--label-from", default="folder",
-                   help="folder | gmail (X-Gmail-Labels) | header:NAME | column:NAME (default: folder; "
-                        "for CSV/JSONL the label column)")
+                   help="folder | gmail (X-Gmail-Labels) | header:NAME | column:NAME | filename:REGEX (the "
+                        "regex's first group in each file's name) (default: folder; for CSV/JSONL the label column)")
+    p.add_argument("--min-class-count", type=int, default=0, metavar="N",
+                   help="fold classes with fewer than N messages (after de-duplication) into --other-class, "
+                        "reported (default 0: keep every class)")
+    p.add_argument("--other-class", default="Other", help="the class rare classes fold into (default Other)")
     p.add_argument("--label-map", default=None,
                    help="YAML mapping raw labels/headers onto categories, e.g. configs/email-taxonomy.yaml")
     p.add_argument("--text-column", default=None, help="CSV/JSONL: the message text column")
@@ -58,9 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=128, help="tokens per message (subject, sender, body)")
     p.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary, trained on train only")
     p.add_argument("--tail", type=int, default=0, help="tokens of the body's end kept after <tail> when cut")
+    p.add_argument("--bag", type=int, default=0,
+                   help="positions for the message's bag of hashed word n-grams after the tokens (the whole "
+                        "message, by tf-idf; 0 = none; email/bag.py)")
+    p.add_argument("--bag-buckets", type=int, default=32768, help="hash buckets of the bag's n-grams")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share for validation (best, calibration)")
-    p.add_argument("--split", default="stratified", choices=("stratified", "time"),
-                   help="stratified by class with --seed, or by the Date header (oldest train, newest test)")
+    p.add_argument("--split", default="stratified", choices=("stratified", "time", "thread", "sender"),
+                   help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
+                        "whole threads (subject without Re:/Fwd:) or whole senders to one split each")
     p.add_argument("--near-duplicates", type=float, default=0.9,
                    help="Jaccard similarity above which two messages are one (0: exact duplicates only)")
     p.add_argument("--max-message-bytes", type=int, default=None, help="larger messages are truncated")
@@ -80,15 +92,21 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
         raise ValueError(f"{args.source}: no labelled message was read ({report.skipped} skipped); "
                          "check --format and --label-from (the skipped reasons are above)")
     kept, dedup = remove_duplicates(messages, args.near_duplicates, args.seed)
+    warn_if_folds(args, kept, log)
+    folded = fold_rare_classes(kept, args.min_class_count, args.other_class, log)
     classes = sorted({m.label for m in kept})
     rows = split_messages(kept, args, log)
     tok = train_tokenizer(args, [kept[i] for i in rows["train"]], log)
-    splits, extras = encode_splits(kept, rows, classes, tok, args)
+    bag = fit_bag(args, [kept[i] for i in rows["train"]], tok, log)
+    splits, extras = encode_splits(kept, rows, classes, tok, args, bag)
     data_report = dataset_report(kept, messages, rows, dedup, splits, args)
     for line in data_report["lines"]:
         log(line)
-    meta = store_meta(args, tok, classes, report, data_report)
+    meta = store_meta(args, tok, classes, report, data_report, bag)
+    meta["build"]["folded_classes"] = folded
     extras["train"][TOKENIZER_FILE] = json.loads(tok.to_json())
+    if bag is not None:
+        extras["train"][BAG_FILE] = bag.to_dict()
     extras["train"][DATASET_REPORT_FILE] = data_report
     write_store(args.out, splits, meta, extras=extras)
     log(f"wrote {args.out}: " + ", ".join(f"{k} {len(rows[k])}" for k in SPLITS)
@@ -125,6 +143,34 @@ def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> l
     return out
 
 
+FOLD_NAMES = re.compile(r"(part|fold|split|cv|chunk)[-_ ]?\d+", re.IGNORECASE)
+
+
+def warn_if_folds(args: argparse.Namespace, kept: list[Message], log: Log) -> None:
+    """Folders named part1, fold2, ... are cross-validation parts, not classes: say so (they are kept)."""
+    names = sorted({m.label for m in kept})
+    if args.label_from == "folder" and len(names) > 1 and all(FOLD_NAMES.fullmatch(n) for n in names):
+        log(f"labels: WARNING: the folder names {', '.join(names[:4])}{' ...' if len(names) > 4 else ''} look "
+            "like cross-validation parts, not classes; if the class is in the file names (e.g. Ling-Spam's "
+            "spmsg*), pass --label-from 'filename:REGEX', or a --label-map")
+
+
+def fold_rare_classes(kept: list[Message], min_count: int, other: str, log: Log) -> dict[str, int]:
+    """--min-class-count N: classes with fewer than N messages become `other`; {class: count} folded."""
+    if min_count <= 0:
+        return {}
+    counts = Counter(m.label for m in kept)
+    rare = {c: n for c, n in sorted(counts.items()) if n < min_count and c != other}
+    if rare:
+        for m in kept:
+            if m.label in rare:
+                m.label = other
+        log(f"labels: --min-class-count {min_count}: {len(rare)} class(es) folded into {other!r} ("
+            + ", ".join(f"{c} {n}" for c, n in rare.items()) + f"); {other!r} now has "
+            f"{sum(m.label == other for m in kept)} messages")
+    return rare
+
+
 def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[list[Message], Any]:
     from trmkit.email.dedup import deduplicate
     from trmkit.email.prepare import message_text
@@ -135,12 +181,46 @@ def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[
 
 
 def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> dict[str, np.ndarray]:
-    from trmkit.email.prepare import split
+    from trmkit.email.prepare import sender_key, split, thread_key
 
+    keys = {"thread": lambda m: thread_key(m.subject), "sender": lambda m: sender_key(m.sender)}
+    groups = [keys[args.split](m) for m in kept] if args.split in keys else None
     train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
-                             dates=[m.date for m in kept], by=args.split)
+                             dates=[m.date for m in kept], by=args.split, groups=groups)
     log(f"split: {args.split} (seed {args.seed}): train {len(train)}, val {len(val)}, test {len(test)}")
-    return {"train": train, "val": val, "test": test}
+    rows = {"train": train, "val": val, "test": test}
+    check_classes_per_split(kept, rows, log)
+    return rows
+
+
+def check_classes_per_split(kept: list[Message], rows: dict[str, np.ndarray], log: Log) -> None:
+    """A class with no training message cannot be learned (an error); one missing from val or test, or
+    with under 20 test messages, is measured badly (a warning)."""
+    classes = sorted({m.label for m in kept})
+    have = {k: Counter(kept[i].label for i in r) for k, r in rows.items()}
+    untrained = [c for c in classes if not have["train"][c]]
+    if untrained:
+        raise ValueError(f"classes {untrained} have no training message in this split; use --split stratified, "
+                         "another --seed, or fold them with --min-class-count")
+    for name in ("val", "test"):
+        absent = [c for c in classes if len(rows[name]) and not have[name][c]]
+        if absent:
+            log(f"split: WARNING: no {name} message of {', '.join(absent)}")
+    small = [f"{c} ({have['test'][c]})" for c in classes if 0 < have["test"][c] < 20]
+    if small:
+        log(f"split: WARNING: fewer than 20 test messages in {', '.join(small)}: their F1 is noise-level")
+
+
+def leakage(kept: list[Message], rows: dict[str, np.ndarray]) -> dict:
+    """Test messages that share a thread (subject without Re:/Fwd:) or a sender with a training one."""
+    from trmkit.email.prepare import sender_key, thread_key
+
+    n = len(rows["test"])
+    out = {"test": n}
+    for name, key in (("thread", lambda m: thread_key(m.subject)), ("sender", lambda m: sender_key(m.sender))):
+        seen = {key(kept[i]) for i in rows["train"]} - {""}
+        out[f"same_{name}_as_train"] = sum(key(kept[i]) in seen for i in rows["test"])
+    return out
 
 
 def train_tokenizer(args: argparse.Namespace, train: list[Message], log: Log):
@@ -154,8 +234,20 @@ def train_tokenizer(args: argparse.Namespace, train: list[Message], log: Log):
     return tok
 
 
+def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Bag | None:
+    """--bag N: the n-gram bag's idf from the training split only."""
+    if not args.bag:
+        return None
+    t0 = time.perf_counter()
+    bag = Bag.fit((bag_text(m.subject, m.sender, m.body) for m in train), args.bag, args.bag_buckets,
+                  tok.vocab_size)
+    log(f"bag: {args.bag} positions of hashed word uni- and bigrams per message ({args.bag_buckets} buckets, "
+        f"idf from the {len(train)} training messages, {time.perf_counter() - t0:.1f} s)")
+    return bag
+
+
 def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: list[str], tok,
-                  args: argparse.Namespace) -> tuple[dict[str, SplitArrays], dict[str, dict]]:
+                  args: argparse.Namespace, bag: Bag | None = None) -> tuple[dict[str, SplitArrays], dict[str, dict]]:
     index = {c: i for i, c in enumerate(classes)}
     ignore = len(classes)
     splits, extras = {}, {}
@@ -164,6 +256,9 @@ def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: lis
         if not msgs:
             continue
         inputs = tok.encode_batch([(m.subject, m.sender, m.body) for m in msgs], args.seq_len, args.tail)
+        if bag is not None:
+            inputs = np.concatenate([inputs.astype(np.int64), bag.encode(
+                [bag_text(m.subject, m.sender, m.body) for m in msgs])], axis=1)
         labels = np.full(inputs.shape, ignore, dtype=np.int64)
         labels[:, 0] = [index[m.label] for m in msgs]
         n = len(msgs)
@@ -186,15 +281,27 @@ def dataset_report(kept, messages, rows, dedup, splits, args) -> dict:
     languages = [detect_language(message_text(m)) for m in kept]
     data = build_report(messages=kept, labels=[m.label for m in kept], rows=rows, dedup=dedup,
                         languages=languages, total_read=len(messages), split_by=args.split, seed=args.seed,
-                        token_lengths={k: (np.asarray(v.inputs) != 0).sum(1) for k, v in splits.items()})
-    data["lines"] = report_lines(data)
+                        token_lengths={k: (np.asarray(v.inputs)[:, :args.seq_len] != 0).sum(1)
+                                       for k, v in splits.items()})
+    data["leakage"] = leakage(kept, rows)
+    data["lines"] = report_lines(data) + leakage_lines(data["leakage"], args.split)
     return data
 
 
-def store_meta(args, tok, classes, report: ImportReport, data_report: dict) -> dict:
+def leakage_lines(leak: dict, split_by: str) -> list[str]:
+    n = max(leak["test"], 1)
+    return [f"train/test twins ({split_by} split): {leak['same_thread_as_train']} test messages "
+            f"({leak['same_thread_as_train'] / n:.1%}) share a thread with a training one, "
+            f"{leak['same_sender_as_train']} ({leak['same_sender_as_train'] / n:.1%}) a sender"
+            + ("; --split thread or --split sender keeps them apart" if split_by not in ("thread", "sender")
+               else "")]
+
+
+def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag: Bag | None = None) -> dict:
     return {
         "task": NAME,
-        "vocab": tok.vocab(),
+        "vocab": tok.vocab() + (bag.vocab() if bag is not None else []),
+        "bag_positions": bag.positions if bag is not None else 0,
         "pad_id": tok.pad_id,
         "ignore_label_id": len(classes),
         "blank_id": None,
@@ -202,6 +309,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict) -> d
         "classes": classes,
         "source": str(args.source),
         "build": {"import": report.to_dict(), "seq_len": args.seq_len, "tail": args.tail,
+                  "bag": args.bag, "bag_buckets": args.bag_buckets if args.bag else 0,
                   "label_from": args.label_from, "label_map": args.label_map, "split": args.split,
                   "seed": args.seed, "val_fraction": args.val_fraction, "test_fraction": args.test_fraction,
                   "near_duplicates": args.near_duplicates,

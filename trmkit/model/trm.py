@@ -97,7 +97,7 @@ class TRM(nn.Module):
         self.cfg = cfg
         self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
-        self.seq_total = P + cfg.seq_len
+        self.seq_total = cfg.network_positions
         self.embed_scale = math.sqrt(D)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, D)
         std = 1.0 / math.sqrt(D)
@@ -155,8 +155,10 @@ class TRM(nn.Module):
             carry.steps[slots] = 0
 
     def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
-        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings]."""
+        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ the pooled bag)]."""
         x = self.embed_tokens(inputs.long())  # (B, L, D)
+        if self.cfg.bag_positions:
+            x = self.pool_bag(x, inputs)  # (B, L - bag, D)
         if self.puzzle_emb is not None:
             rows = self.puzzle_emb(puzzle_ids.long())  # (B, width)
             pad = self.cfg.puzzle_emb_len * self.cfg.hidden_size - rows.shape[1]
@@ -165,6 +167,15 @@ class TRM(nn.Module):
             prefix = rows.view(x.shape[0], self.cfg.puzzle_emb_len, -1)
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
         return self.embed_scale * x
+
+    def pool_bag(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        """The bag's mean embedding (its pads left out) added to every token position; the bag's own
+        positions leave the sequence: the mixer works on the tokens only."""
+        n = self.cfg.bag_positions
+        tokens, bag = x[:, :-n], x[:, -n:]  # (B, L - n, D), (B, n, D)
+        present = (inputs[:, -n:] != 0).to(x.dtype).unsqueeze(-1)  # pad id 0
+        pooled = (bag * present).sum(1) / present.sum(1).clamp_min(1)  # (B, D)
+        return tokens + pooled.unsqueeze(1)
 
     def _positions(self, length: int):
         """What the mixer knows of positions: rotary tables for the first `length` positions (attention;

@@ -66,8 +66,8 @@ class Calibration:
 
 
 def seq_total(m: ModelConfig) -> int:
-    """S: positions the network sees, the puzzle-embedding prefix plus the sequence."""
-    return m.puzzle_emb_len + m.seq_len
+    """S: positions the network sees, the puzzle-embedding prefix plus the sequence (less a pooled bag)."""
+    return m.network_positions
 
 
 def output_shape(m: ModelConfig) -> tuple[int, int]:

@@ -153,7 +153,49 @@ def summary_metrics(y_true: Any, y_pred: Any, class_names: Sequence[str]) -> dic
     weighted = sum(c["f1"] * c["support"] for c in classes.values()) / n if n else 0.0
     return {"n": n, "accuracy": float(np.trace(cm)) / n if n else 0.0, "macro_f1": macro,
             "weighted_f1": float(weighted), "class_names": names, "per_class": classes,
-            "confusion": cm.tolist()}
+            "confusion": cm.tolist(),
+            "small_classes": [c for c, v in classes.items() if 0 < v["support"] < SMALL_CLASS]}
+
+
+# ---------------------------------------------------------------- how sure: the bootstrap
+
+SMALL_CLASS = 20  # test examples under which a class's F1 moves by tens of points between splits
+BOOTSTRAP_ROUNDS = 1000
+
+
+def _macro_f1_batch(t: np.ndarray, p: np.ndarray, num_classes: int) -> np.ndarray:
+    """Macro-F1 of each row of (R, n) true / predicted ids, as summary_metrics counts it (classes
+    with neither support nor predictions left out)."""
+    rounds = t.shape[0]
+    offset = (np.arange(rounds) * num_classes * num_classes)[:, None]
+    cm = np.bincount((offset + t * num_classes + p).ravel(), minlength=rounds * num_classes ** 2)
+    cm = cm.reshape(rounds, num_classes, num_classes)
+    tp = np.diagonal(cm, axis1=1, axis2=2).astype(float)
+    support, predicted = cm.sum(2).astype(float), cm.sum(1).astype(float)
+    f1 = np.divide(2 * tp, support + predicted, out=np.zeros_like(tp), where=(support + predicted) > 0)
+    present = (support + predicted) > 0
+    return (f1 * present).sum(1) / np.maximum(present.sum(1), 1)
+
+
+def bootstrap_ci(y_true: Any, y_pred: Any, num_classes: int, other_pred: Any = None,
+                 rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0, level: float = 0.95) -> dict:
+    """Percentile intervals of accuracy and macro-F1 over `rounds` resamples of the test examples;
+    with `other_pred` (another model's predictions on the same examples) also the paired difference
+    of macro-F1 (this minus other), resampled together: is one really better on this split?"""
+    t, p = _labels(y_true, "y_true", num_classes), _labels(y_pred, "y_pred", num_classes)
+    if len(t) == 0:
+        return {}
+    idx = np.random.default_rng(seed).integers(0, len(t), size=(rounds, len(t)))
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    f1 = _macro_f1_batch(t[idx], p[idx], num_classes)
+    out = {"level": level, "rounds": rounds,
+           "macro_f1": np.percentile(f1, [lo, hi]).tolist(),
+           "accuracy": np.percentile((t[idx] == p[idx]).mean(1), [lo, hi]).tolist()}
+    if other_pred is not None:
+        q = _labels(other_pred, "other_pred", num_classes)
+        diff = f1 - _macro_f1_batch(t[idx], q[idx], num_classes)
+        out["macro_f1_difference"] = np.percentile(diff, [lo, hi]).tolist()
+    return out
 
 
 # ---------------------------------------------------------------- calibration
@@ -357,6 +399,8 @@ class ClassifyScorer:
                 "summary": s["summary"], "ece": s["ece"], "reliability": s["reliability"],
                 "rows": np.concatenate(self.rows).tolist() if self.rows else [],
                 "labels": labels.tolist(), "preds": preds.tolist(), "logits": logits.tolist()}
+        if len(labels):
+            s["summary"]["ci95"] = bootstrap_ci(labels, preds, len(self.class_names or []))
         name = rundir.CLASSIFICATION if self.split_name != "val" else rundir.CLASSIFICATION_VAL
         path = write_json(rundir.path(run_dir, name), {"split": self.split_name, **data}, indent=None)
         if self.split_name != "val" and rundir.path(run_dir, rundir.CLASSIFICATION_VAL).is_file():

@@ -127,7 +127,8 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     the conv mixer the grid's shape."""
     meta = split.meta
     fields = {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
-              "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes)}
+              "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes),
+              "bag_positions": meta.bag_positions}
     if mixer == "conv":
         fields.update(grid_fields(split))
     return fields

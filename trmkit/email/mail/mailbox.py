@@ -109,6 +109,9 @@ def iter_messages(source: str | Path, fmt: str = "auto", label_from: str = "fold
     if fmt in ("csv", "jsonl"):
         if not source.is_file():
             raise ValueError(f"{source}: --format {fmt} needs a file, this is a folder")
+        if strategy.kind == "filename":
+            raise ValueError(f"label_from={label_from!r} reads the names of message files; in {source.name} "
+                             "every message is a row: use --label-from column:NAME")
         if strategy.kind == "header":  # a CSV/JSON has columns, not headers: the column of that name
             strategy = LabelFrom("column", strategy.name)
         names = ColumnNames(text_column, label_column, subject_column, sender_column)

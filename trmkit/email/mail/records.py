@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -74,6 +75,7 @@ class _Columns:
     date: str | None
     message_id: str | None
     fields: tuple[str, ...]
+    delimiter: str = ","  # the CSV's field separator, detected from its header line
 
 
 def _pick(fields: tuple[str, ...], candidates: tuple[str, ...]) -> str | None:
@@ -186,15 +188,29 @@ def _check_encoding(path: Path, encoding: str) -> None:
             newlines += chunk.count(b"\n")
 
 
+CSV_DELIMITERS = (",", ";", "\t", "|")  # the separators a header line is tried with, the comma first
+SEPARATOR_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "bar"}
+
+
+def header_delimiter(line: str) -> str:
+    """The separator that splits a CSV header line into the most columns (ties: the earlier one)."""
+    return max(CSV_DELIMITERS, key=lambda d: (len(next(csv.reader([line], delimiter=d), [])),
+                                              -CSV_DELIMITERS.index(d)))
+
+
 def _csv_columns(path: Path, encoding: str, names: ColumnNames, strategy: LabelFrom) -> _Columns:
-    """Check the file's encoding and header now, so a bad CSV fails before the first message."""
+    """Check the file's encoding and header now, so a bad CSV fails before the first message.
+    The separator (, ; tab |) is the one that splits the header line into the most columns."""
     _check_encoding(path, encoding)
     with open(path, encoding=encoding, newline="") as f:
-        header = next(csv.reader(f), None)
+        first = f.readline()
+    delimiter = header_delimiter(first.rstrip("\r\n"))
+    header = next(csv.reader([first.rstrip("\r\n")], delimiter=delimiter), None)
     if not header or not any(h.strip() for h in header):
         raise ValueError(f"{path}: the first line must name the columns (e.g. Text,Classification); "
                          f"found {header!r}. Fix: add a header line")
-    return _columns(tuple(header), names, strategy, str(path))
+    cols = _columns(tuple(header), names, strategy, str(path))
+    return dataclasses.replace(cols, delimiter=delimiter)
 
 
 def _iter_csv(path: Path, encoding: str, cols: _Columns, strategy: LabelFrom, report: ImportReport,
@@ -202,7 +218,7 @@ def _iter_csv(path: Path, encoding: str, cols: _Columns, strategy: LabelFrom, re
     # Process-wide, as csv's only switch is: texts of real mail exceed the 128 KiB default.
     csv.field_size_limit(max(csv.field_size_limit(), 64 * max_bytes))
     with open(path, encoding=encoding, newline="") as f:
-        reader = csv.reader(f)
+        reader = csv.reader(f, delimiter=cols.delimiter)
         next(reader)
         text_at = cols.fields.index(cols.text)
         width = len(cols.fields)
@@ -225,8 +241,9 @@ def _iter_csv(path: Path, encoding: str, cols: _Columns, strategy: LabelFrom, re
             notes: list[str] = []
             if len(row) > width:  # unquoted commas in the text: join the surplus back into it
                 extra = len(row) - width
-                notes.append(f"{extra} unquoted comma(s) joined into the text")
-                row = row[:text_at] + [",".join(row[text_at:text_at + extra + 1])] + row[text_at + extra + 1:]
+                notes.append(f"{extra} unquoted {SEPARATOR_NAMES[cols.delimiter]}(s) joined into the text")
+                row = (row[:text_at] + [cols.delimiter.join(row[text_at:text_at + extra + 1])]
+                       + row[text_at + extra + 1:])
             rec = dict(zip(cols.fields, row))
             try:
                 msg = _record_message(rec, cols, strategy, f"{path}:{start}", max_bytes, notes)

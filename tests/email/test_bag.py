@@ -1,0 +1,51 @@
+"""The n-gram bag (email/bag.py): the whole message in fixed positions, idf from training only,
+pooled by the model (model.bag_positions) and not mixed as positions."""
+
+import numpy as np
+import torch
+
+from trmkit.config import ModelConfig
+from trmkit.email.bag import Bag, bag_text, bucket, ngrams
+from trmkit.model.trm import TRM
+
+
+def test_ngrams_are_word_unigrams_and_bigrams():
+    counts = ngrams("free money, free money now")
+    assert counts["free"] == 2 and counts["free money"] == 2 and counts["money now"] == 1
+    assert "free money money" not in counts
+
+
+def test_the_bag_keeps_the_rarest_words_of_a_message_and_is_deterministic():
+    train = ["meeting at noon", "meeting tomorrow at noon", "lunch at noon", "viagra discount pharmacy"]
+    bag = Bag.fit(train, positions=3, buckets=1 << 12, vocab_offset=100)
+    ids = bag.ids("viagra meeting at noon")
+    assert ids.shape == (3,) and (ids >= 100).all() and list(ids) == sorted(ids)
+    assert 100 + bucket("viagra", 1 << 12) in ids  # rare in training: high idf, kept
+    assert 100 + bucket("at", 1 << 12) not in ids  # in every training message: low idf, dropped
+    assert np.array_equal(ids, Bag.from_dict(bag.to_dict()).ids("viagra meeting at noon"))
+    short = bag.ids("hi")
+    assert short[0] >= 100 and (short[1:] == 0).all()  # pads after the message's few n-grams
+
+
+def test_bag_text_sees_every_field_normalised():
+    text = bag_text("WIN Money", "Deals <promo@shop.example>", "Visit https://shop.example/x?y=1 NOW")
+    assert "win money" in text and "now" in text and "https" not in text
+
+
+def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
+    cfg = ModelConfig(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                      mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1,
+                      num_classes=2, bag_positions=4)
+    torch.manual_seed(0)
+    model = TRM(cfg)
+    assert model.seq_total == 6  # the network sees the 6 token positions only
+    tokens = torch.randint(1, 20, (2, 6))
+    bags = torch.tensor([[30, 31, 0, 0], [31, 30, 0, 0]])  # the same bag, in another order, pads after
+    x = torch.cat([tokens[:1].repeat(2, 1), bags], 1)
+    carry = model.initial_carry(2)
+    _, _, logits, _ = model(carry.z_H, carry.z_L, x, torch.zeros(2, dtype=torch.long))
+    torch.testing.assert_close(logits[0], logits[1])  # a bag is a set: its order does not matter
+    other = x.clone()
+    other[1, 6:8] = torch.tensor([32, 33])
+    _, _, changed, _ = model(carry.z_H, carry.z_L, other, torch.zeros(2, dtype=torch.long))
+    assert not torch.allclose(changed[0], changed[1])  # and what it holds does

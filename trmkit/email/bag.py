@@ -1,0 +1,108 @@
+"""A message's bag of n-grams: the whole message, in a few fixed positions (issue 27).
+
+The token sequence sees the first seq_len tokens of a message (subject, sender, body head and
+tail); the classic baseline, TF-IDF + logistic regression, sees every word of it, and won on
+long and small sets. The bag gives the TRM that view too: the message's word unigrams and
+bigrams (lower case, the tokenizer's normalisation), hashed into `buckets` ids, and the
+`positions` with the highest tf-idf (idf from the training split only) written after the
+tokens, sorted by id, pads after. The model pools them (model.bag_positions: their mean
+embedding is added to every token position's input) and the recursion reads both.
+
+    ids = vocab_offset + (blake2b-64(n-gram) mod buckets)        (vocab_offset: the tokenizer's size)
+
+The idf table travels with the store (train/bag.json) and with an exported bundle, so predict
+computes the same bag. Only the standard library and numpy are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from trmkit.files import write_json
+
+BAG_FILE = "bag.json"
+_WORD = re.compile(r"[^\W_]+(?:['.][^\W_]+)*")  # words, keeping "don't" and "v1.2" whole
+MAX_WORDS = 20_000  # words read per message: the cost of a huge message stays bounded
+
+
+def bag_text(subject: str, sender: str, body: str) -> str:
+    """The text a message's bag is read from: its fields as the tokenizer normalises them."""
+    from trmkit.email.tokenizer import normalize
+
+    return normalize(f"{subject}\n{sender}\n{body}")
+
+
+def ngrams(text: str) -> Counter:
+    """Counts of word unigrams and bigrams of a (normalised) text."""
+    words = _WORD.findall(text)[:MAX_WORDS]
+    counts = Counter(words)
+    counts.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+    return counts
+
+
+def bucket(gram: str, buckets: int) -> int:
+    return int.from_bytes(hashlib.blake2b(gram.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little") % buckets
+
+
+@dataclass
+class Bag:
+    """Hashed n-gram ids with the training split's idf per bucket."""
+
+    positions: int  # ids written per message
+    buckets: int
+    vocab_offset: int  # the first id after the tokenizer's vocabulary
+    idf: np.ndarray  # (buckets,) log((1 + N) / (1 + df)) + 1, from the training split
+
+    @classmethod
+    def fit(cls, texts: Iterable[str], positions: int, buckets: int, vocab_offset: int) -> "Bag":
+        df, n = np.zeros(buckets, dtype=np.int64), 0
+        for text in texts:
+            n += 1
+            df[list({bucket(g, buckets) for g in ngrams(text)})] += 1
+        return cls(positions, buckets, vocab_offset, np.log((1 + n) / (1 + df)) + 1)
+
+    def ids(self, text: str) -> np.ndarray:
+        """(positions,) ids of the message's top n-grams by tf-idf (sub-linear tf), 0 (pad) after."""
+        weights: dict[int, float] = {}
+        for gram, count in ngrams(text).items():
+            b = bucket(gram, self.buckets)
+            weights[b] = weights.get(b, 0.0) + (1 + math.log(count)) * float(self.idf[b])
+        top = sorted(weights, key=lambda b: (-weights[b], b))[: self.positions]
+        out = np.zeros(self.positions, dtype=np.int64)
+        out[: len(top)] = self.vocab_offset + np.sort(np.array(top, dtype=np.int64))
+        return out
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.ids(t) for t in texts]) if texts else np.zeros((0, self.positions), np.int64)
+
+    def vocab(self) -> list[str]:
+        """Names of the bag's ids, appended to the tokenizer's vocabulary in meta.json."""
+        return [f"<bag{i}>" for i in range(self.buckets)]
+
+    def to_dict(self) -> dict:
+        return {"format": "trmkit-email-bag/1", "positions": self.positions, "buckets": self.buckets,
+                "vocab_offset": self.vocab_offset, "idf": [round(float(v), 5) for v in self.idf]}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = BAG_FILE) -> "Bag":
+        if data.get("format") != "trmkit-email-bag/1":
+            raise ValueError(f"{where}: not a trmkit e-mail bag (format {data.get('format')!r})")
+        return cls(int(data["positions"]), int(data["buckets"]), int(data["vocab_offset"]),
+                   np.asarray(data["idf"], dtype=np.float64))
+
+    def save(self, path: str | Path) -> Path:
+        return write_json(path, self.to_dict(), indent=None)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Bag":
+        return cls.from_dict(json.loads(Path(path).read_text()), str(path))
