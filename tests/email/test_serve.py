@@ -91,6 +91,7 @@ def running(app):
     finally:
         server.should_exit = True
         thread.join(5)
+        app.state.batcher.close()
 
 
 @pytest.fixture(scope="module")
@@ -312,6 +313,65 @@ def test_health_answers_while_a_slow_batch_runs(server):
     slow.join(10)
     assert status == 200 and still_running and waited < 2, waited
     assert result["r"][0] == 200
+
+
+def test_concurrent_requests_share_model_calls_and_each_gets_its_own_answer():
+    """24 single-message requests at once: fewer model calls than requests (micro-batching), and
+    every answer the right one for its request."""
+
+    class Slow(KeywordPredictor):
+        def predict(self, messages):
+            time.sleep(0.05)  # a model call: the requests behind it gather meanwhile
+            return super().predict(messages)
+
+    predictor = Slow()
+    app = make_app(predictor, max_batch=64, log=lambda m: None, batch_wait_ms=20)
+    results = {}
+    subjects = [f"winner {i}" if i % 3 == 0 else f"hello {i}" for i in range(24)]
+
+    def ask(i):
+        results[i] = call(port, "POST", "/classify", {"subject": subjects[i], "sender": "a", "body": "",
+                                                     "id": f"m{i}"}, "application/json")
+
+    with running(app) as port:
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HTTP_LIMIT)
+    for i, (status, data, _) in results.items():
+        assert status == 200 and data["predictions"][0]["id"] == f"m{i}"
+        assert data["predictions"][0]["label"] == ("spam" if i % 3 == 0 else "ham")
+    assert len(results) == 24
+    assert app.state.batcher.calls < 24 and max(len(b) for b in predictor.seen) > 1, app.state.batcher.calls
+
+
+def test_a_failing_message_in_a_shared_call_fails_only_its_own_request():
+    from trmkit.email.batcher import Batcher
+    from trmkit.email.mail import Message
+
+    gate, started = threading.Event(), threading.Event()
+    predictor = KeywordPredictor()
+
+    def predict(messages):
+        started.set()
+        gate.wait(10)  # hold the first call so that the next three gather into one
+        return predictor.predict(messages)
+
+    batcher = Batcher(predict, max_batch=16, wait_s=0.05)
+    try:
+        first = batcher.submit([Message(subject="hello", sender="a", body="")])
+        assert started.wait(10)  # the first call runs alone
+        futures = [batcher.submit([Message(subject=s, sender="a", body="")]) for s in ("winner", "explode", "hi")]
+        gate.set()
+        assert first.result(10)[0]["label"] == "ham"
+        assert futures[0].result(10)[0]["label"] == "spam" and futures[2].result(10)[0]["label"] == "ham"
+        with pytest.raises(RuntimeError, match="fell over"):
+            futures[1].result(10)
+        assert [len(b) for b in predictor.seen[:2]] == [1, 3]  # the shared call that failed, then alone
+    finally:
+        batcher.close()
+    assert not batcher.thread.is_alive()
 
 
 def test_serve_binds_loopback_by_default_and_warns_otherwise(monkeypatch):

@@ -46,7 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--max-request-mb", type=float, default=10.0, help="larger requests get 413")
-    s.add_argument("--max-batch", type=int, default=256, help="messages per request at most")
+    s.add_argument("--max-batch", type=int, default=256,
+                   help="messages per request (and per shared model call) at most")
+    s.add_argument("--batch-wait-ms", type=float, default=5.0,
+                   help="requests arriving within this many ms share one model call (0: no waiting)")
     s = sub.add_parser("baseline", help="TF-IDF + logistic regression on the store's exact split")
     s.add_argument("data", help="an e-mail store built by `trmkit data email`")
     s.add_argument("--run", default=None, help="a run trained on it: print its test metrics beside")
@@ -183,7 +186,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     clf = Classifier.load(args.model)
     serve(clf, host=args.host, port=args.port, max_request_bytes=int(args.max_request_mb * 2**20),
-          max_batch=args.max_batch)
+          max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms)
     return 0
 
 

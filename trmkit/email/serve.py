@@ -24,10 +24,11 @@ Choices and why
       connection is closed: at most 2 * max_request_bytes are read and max_request_bytes kept.
     - Raw mail is decoded by trmkit.email.mail.mime.parse_message, the code that read the
       training mail, so a served message is seen exactly as a training message was.
-    - Parsing and prediction run in worker threads (run_in_threadpool) and prediction runs one
-      batch at a time (a lock): /health keeps answering during a slow batch, batches running in
-      parallel on a laptop would only fight for the same cores, and a predictor is not promised
-      to be thread-safe.
+    - Parsing runs in worker threads (run_in_threadpool); prediction is micro-batched
+      (email/batcher.py): requests arriving within a few milliseconds share one model call, made
+      by one thread, one batch at a time: /health keeps answering during a slow batch, batches
+      running in parallel on a laptop would only fight for the same cores, and a predictor is not
+      promised to be thread-safe.
     - Every error is JSON {"error": "..."} whose status says whose fault it is: 4xx for the
       request (bad input never gives a 500), 500 only when the predictor itself fails; that
       failure is logged with its traceback and the server keeps serving.
@@ -35,10 +36,10 @@ Choices and why
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
-import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping, Protocol
@@ -340,19 +341,23 @@ def import_starlette() -> None:
 class ClassifyAPI:
     """The request handlers, with what they share: the predictor, the limits, one lock, the log."""
 
-    def __init__(self, predictor: Predictor, limits: Limits, log: Callable[[str], None]):
+    def __init__(self, predictor: Predictor, limits: Limits, log: Callable[[str], None], wait_s: float = 0.005):
+        from trmkit.email.batcher import Batcher
+
         self.predictor, self.limits, self.log = predictor, limits, log
         self.parse_raw = raw_parser(log)
-        self.one_batch_at_a_time = threading.Lock()
+        self.batcher = Batcher(predictor.predict, limits.max_batch, wait_s)
 
     def parse_items(self, kind: str, body: bytes) -> list[Item]:
         if kind == JSON_TYPE:
             return items_from_json(load_json(body), self.limits.max_batch, self.parse_raw)
         return items_from_raw(body, self.parse_raw)
 
-    def predict(self, items: list[Item]) -> list[dict]:
-        with self.one_batch_at_a_time:
-            predictions = self.predictor.predict([item.message for item in items])
+    async def predict(self, items: list[Item]) -> list[dict]:
+        """Shares a model call with the requests arriving at the same moment (email/batcher.py)."""
+        import asyncio
+
+        predictions = await asyncio.wrap_future(self.batcher.submit([item.message for item in items]))
         return with_ids(predictions, items)
 
     async def health(self, request: Request) -> Response:
@@ -371,7 +376,7 @@ class ClassifyAPI:
         except RequestError as e:
             return error_response(e)
         try:
-            predictions = await run_in_threadpool(self.predict, items) if items else []
+            predictions = await self.predict(items) if items else []
             return json_response({"predictions": predictions})
         except Exception as e:  # the predictor's fault, not the request's: 500, logged, keep serving
             self.log(f"serve: the predictor failed on a batch of {len(items)} message(s):\n"
@@ -400,7 +405,7 @@ class ClassifyAPI:
 
 
 def make_app(predictor: Predictor, max_request_bytes: int = 10 * 2**20, max_batch: int = 256,
-             log: Callable[[str], None] = print) -> Starlette:
+             log: Callable[[str], None] = print, batch_wait_ms: float = 5.0) -> Starlette:
     """The Starlette app: GET /health and POST /classify (see the module docstring)."""
     import_starlette()
     from starlette.applications import Starlette
@@ -408,9 +413,18 @@ def make_app(predictor: Predictor, max_request_bytes: int = 10 * 2**20, max_batc
     from starlette.routing import Route
 
     check_predictor(predictor)
-    api = ClassifyAPI(predictor, Limits(max_request_bytes=max_request_bytes, max_batch=max_batch), log)
+    api = ClassifyAPI(predictor, Limits(max_request_bytes=max_request_bytes, max_batch=max_batch), log,
+                      batch_wait_ms / 1000)
     routes = [Route("/health", api.health, methods=["GET"]), Route("/classify", api.classify, methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: api.http_error, Exception: api.unexpected})
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        api.batcher.close()  # the batching thread ends with the server
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: api.http_error, Exception: api.unexpected},
+                    lifespan=lifespan)
+    app.state.batcher = api.batcher  # its call count: tests, and the shutdown
+    return app
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -452,14 +466,14 @@ def base_url(host: str, port: int) -> str:
 
 
 def serve(predictor: Predictor, host: str = "127.0.0.1", port: int = 8080,
-          log: Callable[[str], None] = print, **limits: int) -> None:
+          log: Callable[[str], None] = print, batch_wait_ms: float = 5.0, **limits: int) -> None:
     """Run the API with uvicorn until interrupted. `limits`: max_request_bytes, max_batch."""
     for key in limits:
         if key not in Limits.__dataclass_fields__:
             close = difflib.get_close_matches(key, list(Limits.__dataclass_fields__), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"serve() got an unknown limit {key!r}{hint}; limits: max_request_bytes, max_batch")
-    app = make_app(predictor, log=log, **limits)
+    app = make_app(predictor, log=log, batch_wait_ms=batch_wait_ms, **limits)
     try:
         import uvicorn
     except ImportError as e:
@@ -471,6 +485,7 @@ def serve(predictor: Predictor, host: str = "127.0.0.1", port: int = 8080,
     log(f"serving {len(predictor.class_names)} classes ({', '.join(predictor.class_names)}) at {url}")
     for method, path, what in ROUTES:
         log(f"  {method:<4} {url}{path}  {what}")
-    log(f"limits: max_request_bytes={resolved.max_request_bytes}, max_batch={resolved.max_batch}")
+    log(f"limits: max_request_bytes={resolved.max_request_bytes}, max_batch={resolved.max_batch}; requests "
+        f"arriving within {batch_wait_ms:g} ms share a model call (--batch-wait-ms)")
     log(f"try: curl -s -H 'Content-Type: message/rfc822' --data-binary @message.eml {url}/classify")
     uvicorn.run(app, host=host, port=port, log_level="info")
