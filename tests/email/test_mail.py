@@ -188,6 +188,8 @@ def test_a_semicolon_or_tab_separated_csv_is_read_by_its_header(tmp_path: Path) 
         assert [(m.body, m.label) for m in msgs] == [(f"a{sep} quoted", "ham"), ("b, with commas", "spam"),
                                                       (f"c{sep} unquoted", "ham")]
         assert msgs[2].notes[0].startswith("1 unquoted ") and report.skipped == 0
+        name = "semicolon" if sep == ";" else "tab"
+        assert report.notes == [f"s.csv: separator {name} (it splits the header line into the most columns: 2)"]
 
 
 def test_csv_columns_by_name_and_errors(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ class ImportReport:
     messages: list[str] = field(default_factory=list)  # first few per reason, "file:line: reason: detail"
     seconds: float = 0.0  # time spent checking items (0: not timed)
     unit: str = "items"  # what an item is, for the summary ("puzzles")
+    notes: list[str] = field(default_factory=list)  # automatic choices the reader made, and why
 
     @property
     def skipped(self) -> int:
@@ -44,6 +45,7 @@ class ImportReport:
         if self.seconds > 0:
             timing = f" ({self.seconds:.1f} s, {self.lines / self.seconds:.0f} {self.unit}/s)"
         out = [f"{self.source}: {self.lines} {self.unit} read, {self.accepted} kept, {self.skipped} skipped{timing}"]
+        out += [f"  note: {n}" for n in self.notes]
         out += [f"  skipped {n} x {reason}" for reason, n in sorted(self.skipped_by_reason.items())]
         out += [f"  {m}" for m in self.messages]
         if self.skipped > len(self.messages):

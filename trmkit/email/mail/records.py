@@ -50,6 +50,8 @@ def iter_records(path: Path, fmt: str, names: ColumnNames, strategy: LabelFrom, 
     encoding = encoding or "utf-8-sig"
     if fmt == "csv":
         columns = _csv_columns(path, encoding, names, strategy)
+        report.notes.append(f"{path.name}: separator {SEPARATOR_NAMES[columns.delimiter]} (it splits the header "
+                            f"line into the most columns: {len(columns.fields)})")
         return _iter_csv(path, encoding, columns, strategy, report, max_bytes)
     return _iter_json(path, encoding, names, strategy, report, max_bytes)
 
