@@ -27,8 +27,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from trmkit.files import write_json
-
 BAG_FILE = "bag.json"
 _WORD = re.compile(r"[^\W_]+(?:['.][^\W_]+)*")  # words, keeping "don't" and "v1.2" whole
 MAX_WORDS = 20_000  # words read per message: the cost of a huge message stays bounded
@@ -85,6 +83,11 @@ class Bag:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self.ids(t) for t in texts]) if texts else np.zeros((0, self.positions), np.int64)
 
+    def append_to(self, tokens: np.ndarray, fields: Sequence[tuple[str, str, str]]) -> np.ndarray:
+        """Token rows (N, L) with each message's bag after them: (N, L + positions), int64.
+        `fields`: each message's (subject, sender, body), as the tokenizer read them."""
+        return np.concatenate([tokens.astype(np.int64), self.encode([bag_text(*f) for f in fields])], axis=1)
+
     def vocab(self) -> list[str]:
         """Names of the bag's ids, appended to the tokenizer's vocabulary in meta.json."""
         return [f"<bag{i}>" for i in range(self.buckets)]
@@ -99,9 +102,6 @@ class Bag:
             raise ValueError(f"{where}: not a trmkit e-mail bag (format {data.get('format')!r})")
         return cls(int(data["positions"]), int(data["buckets"]), int(data["vocab_offset"]),
                    np.asarray(data["idf"], dtype=np.float64))
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict(), indent=None)
 
     @classmethod
     def load(cls, path: str | Path) -> "Bag":

@@ -31,7 +31,7 @@ import torch
 from trmkit import rundir
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import META_FILE
-from trmkit.email.bag import BAG_FILE, Bag, bag_text
+from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
@@ -323,9 +323,7 @@ class Classifier:
     def encode(self, messages: list[Message]) -> np.ndarray:
         fields = [(m.subject, m.sender, m.body) for m in messages]
         tokens = self.tokenizer.encode_batch(fields, self.seq_len, self.tail)
-        if self.bag is None:
-            return tokens
-        return np.concatenate([tokens.astype(np.int64), self.bag.encode([bag_text(*f) for f in fields])], axis=1)
+        return tokens if self.bag is None else self.bag.append_to(tokens, fields)
 
     def predict(self, messages: list[Message]) -> list[dict]:
         results = []

@@ -242,6 +242,8 @@ def paired_difference(trm: dict, base: dict, classes: list[str]) -> dict:
 
 def side_by_side(result: dict, classes: list[str]) -> str:
     """A small table: accuracy, macro-F1 and per-class F1 of the baseline (and the TRM)."""
+    from trmkit.tasks.classify import SMALL_CLASS
+
     cols = [k for k in ("baseline", "trm") if k in result]
     rows = [("accuracy", lambda r: r["accuracy"]), ("macro-F1", lambda r: r["macro_f1"])]
     rows += [(f"F1 {c}", lambda r, c=c: r["per_class"][c]["f1"]) for c in classes]
@@ -258,5 +260,5 @@ def side_by_side(result: dict, classes: list[str]) -> str:
                      f"{d['ci95'][1]:+.4f} (paired bootstrap, {d['rounds']} rounds)")
     small = result["baseline"].get("small_classes", [])
     if small:
-        lines.append(f"WARNING: fewer than 20 test messages in {', '.join(small)}: their F1 is noise-level")
+        lines.append(f"WARNING: fewer than {SMALL_CLASS} test messages in {', '.join(small)}: their F1 is noise-level")
     return "\n".join(lines)

@@ -203,6 +203,14 @@ def sender_key(sender: str) -> str:
     return parseaddr(sender)[1].strip().lower()
 
 
+GROUP_SPLITS = ("thread", "sender")
+
+
+def group_key(msg: Message, by: str) -> str:
+    """The message's thread (`thread_key` of its subject) or sender (`sender_key`): by = thread | sender."""
+    return thread_key(msg.subject) if by == "thread" else sender_key(msg.sender)
+
+
 def _by_group(groups: Sequence[str] | None, n: int, val_fraction: float, test_fraction: float,
               seed: int) -> tuple[list[int], list[int], list[int]]:
     """Whole groups (threads, senders) to one split each, in a seeded random order: test first until
@@ -242,7 +250,7 @@ def split(labels: list[str], val_fraction: float, test_fraction: float, seed: in
         parts = _stratified(labels, val_fraction, test_fraction, seed)
     elif by == "time":
         parts = _by_time(dates, len(labels), val_fraction, test_fraction)
-    elif by in ("thread", "sender"):
+    elif by in GROUP_SPLITS:
         parts = _by_group(groups, len(labels), val_fraction, test_fraction, seed)
     else:
         raise ValueError(f"unknown split method {by!r}; choose one of {', '.join(SPLIT_METHODS)}")

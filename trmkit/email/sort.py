@@ -4,7 +4,7 @@ The originals are only read, never moved or changed. Each message is copied into
 ``INTO/.<label>/cur/`` (Maildir++: a folder per label, ``uncertain`` included when thresholds
 are set) by the Maildir delivery protocol (written to ``tmp/``, fsync'd, linked into ``cur/``:
 a mail reader never sees half a message), then read back and compared with the source's bytes
-(SHA-256). ``--stamp`` adds an ``X-Trmkit-Label`` header line at the top of the copy instead of
+(byte for byte). ``--stamp`` adds an ``X-Trmkit-Label`` header line at the top of the copy instead of
 copying the bytes unchanged; the verification then checks that the copy is that line plus the
 original. A message already sorted (the same name and bytes in its folder) is left as it is, so
 a second run does nothing; a different message under the same name gets a numbered name.
@@ -16,7 +16,6 @@ or CSV/JSONL source is refused by name (`email predict` gives each message's `so
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +67,7 @@ def sort_one(source: Path, label: str, probability: float, into: Path, stamp: bo
             break
         n += 1
         name = f"{source.name}.{n}"
-    if hashlib.sha256(target.read_bytes()).digest() != hashlib.sha256(copy).digest():
+    if target.read_bytes() != copy:
         raise OSError(f"{target}: the copy does not read back as written; the original {source} is untouched")
     report.copied += 1
     report.renamed += n > 0

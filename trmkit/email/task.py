@@ -35,8 +35,10 @@ from trmkit.data.imports import ImportReport
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.mail import Message
+from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.tasks.base import Log, Task
+from trmkit.tasks.classify import SMALL_CLASS
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
 MAX_BODY_CHARS = 20_000  # kept per message at build time: the tokenizer reads the first ~8 * seq_len chars
@@ -181,10 +183,9 @@ def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[
 
 
 def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> dict[str, np.ndarray]:
-    from trmkit.email.prepare import sender_key, split, thread_key
+    from trmkit.email.prepare import split
 
-    keys = {"thread": lambda m: thread_key(m.subject), "sender": lambda m: sender_key(m.sender)}
-    groups = [keys[args.split](m) for m in kept] if args.split in keys else None
+    groups = [group_key(m, args.split) for m in kept] if args.split in GROUP_SPLITS else None
     train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
                              dates=[m.date for m in kept], by=args.split, groups=groups)
     log(f"split: {args.split} (seed {args.seed}): train {len(train)}, val {len(val)}, test {len(test)}")
@@ -206,20 +207,18 @@ def check_classes_per_split(kept: list[Message], rows: dict[str, np.ndarray], lo
         absent = [c for c in classes if len(rows[name]) and not have[name][c]]
         if absent:
             log(f"split: WARNING: no {name} message of {', '.join(absent)}")
-    small = [f"{c} ({have['test'][c]})" for c in classes if 0 < have["test"][c] < 20]
+    small = [f"{c} ({have['test'][c]})" for c in classes if 0 < have["test"][c] < SMALL_CLASS]
     if small:
-        log(f"split: WARNING: fewer than 20 test messages in {', '.join(small)}: their F1 is noise-level")
+        log(f"split: WARNING: fewer than {SMALL_CLASS} test messages in {', '.join(small)}: their F1 is noise-level")
 
 
 def leakage(kept: list[Message], rows: dict[str, np.ndarray]) -> dict:
     """Test messages that share a thread (subject without Re:/Fwd:) or a sender with a training one."""
-    from trmkit.email.prepare import sender_key, thread_key
-
     n = len(rows["test"])
     out = {"test": n}
-    for name, key in (("thread", lambda m: thread_key(m.subject)), ("sender", lambda m: sender_key(m.sender))):
-        seen = {key(kept[i]) for i in rows["train"]} - {""}
-        out[f"same_{name}_as_train"] = sum(key(kept[i]) in seen for i in rows["test"])
+    for by in GROUP_SPLITS:
+        seen = {group_key(kept[i], by) for i in rows["train"]} - {""}
+        out[f"same_{by}_as_train"] = sum(group_key(kept[i], by) in seen for i in rows["test"])
     return out
 
 
@@ -255,10 +254,10 @@ def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: lis
         msgs = [kept[i] for i in rows[name]]
         if not msgs:
             continue
-        inputs = tok.encode_batch([(m.subject, m.sender, m.body) for m in msgs], args.seq_len, args.tail)
+        fields = [(m.subject, m.sender, m.body) for m in msgs]
+        inputs = tok.encode_batch(fields, args.seq_len, args.tail)
         if bag is not None:
-            inputs = np.concatenate([inputs.astype(np.int64), bag.encode(
-                [bag_text(m.subject, m.sender, m.body) for m in msgs])], axis=1)
+            inputs = bag.append_to(inputs, fields)
         labels = np.full(inputs.shape, ignore, dtype=np.int64)
         labels[:, 0] = [index[m.label] for m in msgs]
         n = len(msgs)
@@ -293,7 +292,7 @@ def leakage_lines(leak: dict, split_by: str) -> list[str]:
     return [f"train/test twins ({split_by} split): {leak['same_thread_as_train']} test messages "
             f"({leak['same_thread_as_train'] / n:.1%}) share a thread with a training one, "
             f"{leak['same_sender_as_train']} ({leak['same_sender_as_train'] / n:.1%}) a sender"
-            + ("; --split thread or --split sender keeps them apart" if split_by not in ("thread", "sender")
+            + ("; --split thread or --split sender keeps them apart" if split_by not in GROUP_SPLITS
                else "")]
 
 

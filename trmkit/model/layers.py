@@ -267,7 +267,7 @@ def fused_inference_works() -> str:
             x = torch.randn(8, 64).to(torch.bfloat16)
             fused = mlp.fused_residual(x).float()
             plain = x.float() + mlp(x.float())
-    except (RuntimeError, AttributeError, NotImplementedError) as err:  # no such op, no kernel for it here
+    except (RuntimeError, AttributeError, NotImplementedError) as err:  # the op or its CPU kernel is missing
         return f"oneDNN's fused matmul is not available in this torch build ({type(err).__name__}: {err})"[:300]
     err = ((fused - plain).norm() / plain.norm()).item()
     return "" if err < 0.02 else f"oneDNN's fused matmul disagrees with the plain SwiGLU (relative error {err:.3f})"
