@@ -180,11 +180,16 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", default=None, metavar="K[,K...]",
                    help="supervision steps per example (more thinking at test time; default: the run's N_sup); "
                         "several, e.g. 8,16,32,64, give a curve, kept in RUN_DIR/eval_steps.json for the report")
+    p.add_argument("--vote", default=None, metavar="N[,N...]",
+                   help="also solve N symmetric variants of each example (a maze's turns and mirror images, a "
+                        "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "
+                        "the task's rules is not counted. Reported apart from the one-shot figures; several, "
+                        "e.g. 1,2,4,8, give a curve with the seconds each costs")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
     from trmkit import hardware, rundir
-    from trmkit.train import evaluate
+    from trmkit.train import evaluate, testtime
     from trmkit.train.finish import memory_summary
     from trmkit.train.session import prepare
 
@@ -194,11 +199,14 @@ def _run_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run directory written by `trmkit train`?")
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
     stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the JSON result)
+    counts = testtime.parse_counts(args.vote)
+    steps = testtime.parse_steps(args.steps)
     session = prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(),
                       evaluate_only=True, **_task_hooks(cfg, stderr))
     evaluate.load_weights(session, run_dir)
+    variants = _variants(cfg, session, max(counts), stderr) if counts else None
     with session.run.meter.phase("eval"):
-        result = evaluate.eval_at_steps(session, evaluate.parse_steps(args.steps), args.limit, log=stderr)
+        result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts)
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=stderr)
@@ -207,6 +215,18 @@ def _run_eval(args: argparse.Namespace) -> int:
     result["memory"] = memory
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _variants(cfg: config_mod.Config, session, count: int, log):
+    """The store's task's symmetries to vote over (`trmkit eval --vote`)."""
+    task = _store_task(cfg, log)
+    if task is None or task.variants is None or session.data.test is None:
+        raise ConfigError(f"--vote: the task of {cfg.data.path} declares no symmetries to vote over "
+                          "(Maze and Sudoku do); evaluate without --vote")
+    try:
+        return task.variants(session.data.test.meta, count)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _add_email(p: argparse.ArgumentParser) -> None:

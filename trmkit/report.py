@@ -212,13 +212,15 @@ def steps_curve(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     curves = json.loads(path.read_text())
     fig, ax = plt.subplots(figsize=(6, 4))
     lines = ["", "## Test-time supervision steps (`trmkit eval --steps`)", "",
-             "| store | K | exact | valid paths | seconds |", "|---|---|---|---|---|"]
+             "| store | K | exact | valid paths | seconds | voted exact (`--vote`) | voting seconds |",
+             "|---|---|---|---|---|---|---|"]
     for store, by_k in curves.items():
         ks = sorted(by_k, key=int)
         ax.plot([int(k) for k in ks], [by_k[k].get("exact_accuracy", 0) for k in ks], marker="o",
                 label=Path(store).name)
         lines += [f"| {Path(store).name} | {k} | {by_k[k].get('exact_accuracy', 0):.3f} | "
-                  f"{_cell(by_k[k].get('valid_path_accuracy'), '.3f')} | {by_k[k].get('seconds', 0):.0f} |" for k in ks]
+                  f"{_cell(by_k[k].get('valid_path_accuracy'), '.3f')} | {by_k[k].get('seconds', 0):.0f} | "
+                  f"{_voted(by_k[k].get('vote'))} |" for k in ks]
     ax.set_xscale("log", base=2)
     ax.set(xlabel="supervision steps K at evaluation", ylabel="exact accuracy", title="More thinking at test time")
     ax.legend(fontsize=8)
@@ -227,6 +229,14 @@ def steps_curve(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return [out], "\n".join(lines) + "\n"
+
+
+def _voted(vote: Mapping[str, Any] | None) -> str:
+    """The largest vote of an eval_steps.json entry: "0.946 (8 variants) | 38" ("- | -" without one)."""
+    if not vote:
+        return "- | -"
+    n = max(vote, key=int)
+    return f"{vote[n].get('exact_accuracy', 0):.3f} ({n} variants) | {vote[n].get('seconds', 0):.0f}"
 
 
 def _table(rows: Sequence[tuple[Any, Any]], header: tuple[str, str]) -> list[str]:

@@ -102,13 +102,18 @@ def load_step(path) -> int:
     return int(path.name.split("-")[1])
 
 
-def test_eval_steps_changes_the_steps_run_and_a_conv_model_reads_a_larger_grid(root):
+def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger_grid(root):
     run = root / "whole"  # trained on 7 x 7 (test_generated_training_resumes_exactly_after_sigkill)
     if not (run / "weights.safetensors").exists():
         pytest.skip("needs the trained run of the resume test")
-    out = cli("eval", str(run), "--data", str(root / "m11"), "--steps", "1,4")
+    out = cli("eval", str(run), "--data", str(root / "m11"), "--steps", "1,4", "--vote", "1,4")
     assert out.returncode == 0, out.stderr
     curve = json.loads(out.stdout)["steps"]
+    for k in ("1", "4"):  # a vote of the example alone is the one-shot answer; 4 variants ran 4 times the passes
+        assert set(curve[k]["vote"]) == {"1", "4"}
+        assert curve[k]["vote"]["1"]["exact_accuracy"] == curve[k]["exact_accuracy"]
+        assert curve[k]["vote"]["1"]["path_recall"] == curve[k]["path_recall"]
+        assert curve[k]["vote"]["4"]["samples"] == curve[k]["samples"] and "loss" not in curve[k]["vote"]["4"]
     assert set(curve) == {"1", "4"} and curve["1"]["act_steps"] <= 1 and curve["4"]["act_steps"] <= 4
     assert curve["4"]["act_steps"] > 1 or curve["4"]["samples"] == 12  # 4 steps were run, halting read at each
     assert "reads this 11 x 11 grid" in out.stderr
@@ -118,7 +123,9 @@ def test_eval_steps_changes_the_steps_run_and_a_conv_model_reads_a_larger_grid(r
     assert report.returncode == 0, report.stderr
     assert "eval_steps.png" in report.stdout and "path" in report.stdout  # the K curve, the path figures
     table = (run / "report" / "report.md").read_text()
-    assert "## Test-time supervision steps" in table and "| m11 | 4 |" in table
+    assert "## Test-time supervision steps" in table and "| m11 | 4 |" in table and "(4 variants)" in table
+    refused = cli("eval", str(run), "--data", str(root / "m11"), "--vote", "9")
+    assert refused.returncode == 2 and "a maze has 8 symmetries" in refused.stderr, refused.stderr
 
 
 def test_a_model_with_positions_is_refused_on_another_grid_size(root):

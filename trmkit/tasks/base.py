@@ -42,6 +42,8 @@ class Task:
     plots: Callable[[Path, Path], tuple[list[Path], str]] | None = None
     # StoreMeta -> Sampler (data/generated.py): fresh examples at a difficulty, for data.stream=generate
     sampler: Callable[[Any], Any] | None = None
+    # (StoreMeta, count) -> data.variants.Variants: symmetries to vote over at test time (`trmkit eval --vote`)
+    variants: Callable[[Any, int], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -61,3 +63,9 @@ def dihedral_inverse(grid: np.ndarray, k: int) -> np.ndarray:
     if k >= 4:
         return np.ascontiguousarray(np.rot90(grid.T, -(k % 4)))
     return np.ascontiguousarray(np.rot90(grid, -k))
+
+
+def dihedral_cells(size: int) -> np.ndarray:
+    """(8, size*size): position j of `dihedral(grid, k)` (flattened) holds the grid's position cells[k, j]."""
+    index = np.arange(size * size).reshape(size, size)
+    return np.stack([dihedral(index, k).reshape(-1) for k in range(8)])

@@ -22,17 +22,13 @@ the task's scoring are shared out (train/distributed.py).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import torch
 
-from trmkit import files, hardware, rundir
-from trmkit.config import ConfigError
+from trmkit import hardware, rundir
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
@@ -87,15 +83,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device, batch.inputs, ctx.given_tokens)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
-    carry = model.initial_carry(inputs.shape[0], ctx.device)
-    z_H, z_L = carry.z_H, carry.z_L
-    n_sup = model.cfg.halt_max_steps
-    first_halt = torch.full((inputs.shape[0],), n_sup, dtype=torch.int32, device=ctx.device)
-    for step in range(1, n_sup + 1):
-        with ctx.autocast():
-            z_H, z_L, logits, q = model(z_H, z_L, inputs, pids)
-        newly = (q > 0) & (first_halt == n_sup) & (step < n_sup)
-        first_halt = torch.where(newly, torch.full_like(first_halt, step), first_halt)
+    logits, q, first_halt = think(model, inputs, pids, ctx)
     loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
     labels = labels[:, :logits.shape[1]]  # a classifier scores position 0 only
     pred = logits.argmax(-1)
@@ -111,6 +99,22 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         "n": int(inputs.shape[0]),
     }
     return part, pred, q, logits
+
+
+def think(model: TRM, inputs: torch.Tensor, pids: torch.Tensor, ctx: StepContext
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All N_sup supervision steps from a fresh carry: the last step's logits and halting logit, and
+    the first step at which the halting head would stop (N_sup if never)."""
+    carry = model.initial_carry(inputs.shape[0], ctx.device)
+    z_H, z_L = carry.z_H, carry.z_L
+    n_sup = model.cfg.halt_max_steps
+    first_halt = torch.full((inputs.shape[0],), n_sup, dtype=torch.int32, device=ctx.device)
+    for step in range(1, n_sup + 1):
+        with ctx.autocast():
+            z_H, z_L, logits, q = model(z_H, z_L, inputs, pids)
+        newly = (q > 0) & (first_halt == n_sup) & (step < n_sup)
+        first_halt = torch.where(newly, torch.full_like(first_halt, step), first_halt)
+    return logits, q, first_halt
 
 
 def _accumulate(totals: dict, part: dict) -> None:
@@ -184,44 +188,3 @@ def format_eval(evals: dict) -> str:
               if k not in GENERIC_EVAL and "/" not in k]  # the task's own (per-class ones in the summary)
     steps = f", act_steps {evals['act_steps']:.2f}" if "act_steps" in evals else ""
     return ", ".join(shown) + steps + f" (n={evals.get('samples', '?')})"
-
-
-# --------------------------------------------------------------------------- more thinking at test time
-
-
-def parse_steps(text: str | None) -> list[int]:
-    """`--steps 8,16,32` -> [8, 16, 32] ([] when not given: the run's own N_sup)."""
-    if not text:
-        return []
-    try:
-        steps = [int(k) for k in str(text).split(",")]
-    except ValueError:
-        steps = [0]
-    if any(k < 1 for k in steps):
-        raise ConfigError(f"--steps {text}: give supervision steps as positive integers, e.g. --steps 8,16,32,64")
-    return steps
-
-
-def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print) -> dict:
-    """The evaluation with N_sup = K supervision steps per example (the weights do not depend on it):
-    one K -> its metrics (and "steps": K); several -> {"steps": {K: metrics with "seconds"}}, also kept
-    in RUN_DIR/eval_steps.json per evaluated store, for `trmkit report`'s curve."""
-    if not steps:
-        return run_eval(s, limit, log=log)
-    trained, curve = s.model.cfg, {}
-    try:
-        for k in steps:
-            s.model.cfg = dataclasses.replace(trained, halt_max_steps=k)
-            t0 = time.perf_counter()
-            curve[k] = {**run_eval(s, limit, log=log), "seconds": round(time.perf_counter() - t0, 2)}
-            log(f"eval: K={k} supervision steps: exact_accuracy {curve[k].get('exact_accuracy', 0):.3f} "
-                f"({curve[k]['seconds']:.0f} s)")
-    finally:
-        s.model.cfg = trained
-    if len(steps) == 1:
-        return {**curve[steps[0]], "steps": steps[0]}
-    path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
-    kept = json.loads(path.read_text()) if path.is_file() else {}
-    kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
-    files.write_json(path, kept)
-    return {"steps": curve, "trained_steps": trained.halt_max_steps}

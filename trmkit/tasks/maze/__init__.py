@@ -32,7 +32,8 @@ says how many of those differ from the label.
 
 Rooms: generate.py (carve, shortest paths), data.py (text, checks, the CSV importer), build.py
 (`trmkit data maze`), sampler.py (fresh mazes with a curriculum, data.stream=generate),
-score.py (valid paths, path precision / recall, the loss against the base-rate bound).
+score.py (valid paths, path precision / recall, the loss against the base-rate bound),
+variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`).
 """
 
 from __future__ import annotations
@@ -43,17 +44,18 @@ from typing import Any, Callable
 
 from trmkit.tasks.base import Task
 from trmkit.tasks.maze.build import add_arguments, build, run_build
-from trmkit.tasks.maze.data import MazeError, MazeRow, check_answer, is_shortest_path, parse, read_csv, render
+from trmkit.tasks.maze.data import MazeError, MazeRow, check_answer, is_path, is_shortest_path, parse, read_csv, render
 from trmkit.tasks.maze.generate import (CHARS, GOAL, OPEN, PAD, PATH, START, VOCAB, WALL, carve,
                                             default_min_path, distances, generate_maze, shortest_paths)
 from trmkit.tasks.maze.sampler import MazeSampler
 from trmkit.tasks.maze.score import MazeScorer
+from trmkit.tasks.maze.variants import maze_variants
 
 Log = Callable[[str], None]
 
 __all__ = ["CHARS", "GOAL", "OPEN", "PAD", "PATH", "START", "VOCAB", "WALL", "LearnSet", "MazeError", "MazeRow",
            "MazeSampler", "MazeScorer", "TASK", "build", "carve", "check_answer", "default_min_path", "distances",
-           "generate_maze", "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]
+           "generate_maze", "is_path", "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ TASK = Task(
     name="maze", shape="grid",
     summary="shortest paths through N x N mazes (generated, or Maze-Hard CSV files)",
     add_arguments=add_arguments, build=run_build, scorer=MazeScorer, sampler=MazeSampler,
+    variants=maze_variants,
     presets={"paper": "configs/maze-paper.yaml", "laptop": "configs/maze-laptop.yaml"},
     learn_set=LearnSet(),
 )

@@ -56,15 +56,21 @@ def check_answer(question: np.ndarray, answer: np.ndarray) -> int:
     return length
 
 
-def is_shortest_path(question: np.ndarray, marked: np.ndarray, length: int) -> bool:
-    """True when the marked cells are exactly a shortest path's inner cells from S to G."""
-    if int(marked.sum()) != length - 1 or np.any(marked & (question != OPEN)):
+def is_path(question: np.ndarray, marked: np.ndarray) -> bool:
+    """True when the marked cells (N, N) are exactly the inner cells of one path from S to G
+    (through open cells, with no cell to spare); it needs the question alone, not a shortest path."""
+    if np.any(marked & (question != OPEN)):
         return False
     allowed = marked | (question == START) | (question == GOAL)
     start = tuple(int(v) for v in np.argwhere(question == START)[0])
     goal = tuple(int(v) for v in np.argwhere(question == GOAL)[0])
-    only = np.where(allowed, OPEN, WALL).astype(np.uint8)
-    return int(distances(only, start)[goal]) == length
+    steps = int(distances(np.where(allowed, OPEN, WALL).astype(np.uint8), start)[goal])
+    return steps > 0 and int(marked.sum()) == steps - 1
+
+
+def is_shortest_path(question: np.ndarray, marked: np.ndarray, length: int) -> bool:
+    """True when the marked cells are exactly a shortest path's inner cells from S to G."""
+    return int(marked.sum()) == length - 1 and is_path(question, marked)
 
 
 # ---------------------------------------------------------------- importer

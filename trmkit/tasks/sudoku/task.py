@@ -13,6 +13,7 @@ from typing import Any
 from trmkit.config import ConfigError
 from trmkit.tasks.sudoku.build import BuildReport, build_sudoku
 from trmkit.tasks.sudoku.generate import parse_givens
+from trmkit.tasks.sudoku.variants import sudoku_variants
 from trmkit.tasks.base import Log, Task
 
 
@@ -79,7 +80,7 @@ def run_build(args: argparse.Namespace, log: Log = print) -> BuildReport:
 
 TASK = Task(
     name="sudoku", shape="grid", summary="9 x 9 Sudoku (generated, plain-text collections, Sudoku-Extreme CSV)",
-    add_arguments=add_arguments, build=run_build, scorer=None,
+    add_arguments=add_arguments, build=run_build, scorer=None, variants=sudoku_variants,
     presets={"paper": "configs/sudoku-paper.yaml", "laptop": "configs/sudoku-laptop.yaml"},
     learn_set=LearnSet(),
 )

@@ -1,0 +1,190 @@
+"""Test-time compute, reported apart from the model's one-shot accuracy (`trmkit eval`).
+
+- More thinking: `--steps 8,16,32,64` evaluates with K supervision steps per example instead of the
+  trained N_sup (the weights do not depend on it); a curve is kept in RUN_DIR/eval_steps.json per
+  evaluated store, for `trmkit report`.
+- Voting: `--vote 1,2,4,8` solves n symmetric variants of each example (the task's `Variants`,
+  data/variants.py), undoes each symmetry on the predicted probabilities and votes; a ballot that
+  breaks the task's rules is not counted. The n variants of a curve are the first n of the largest
+  count, so one pass gives the whole curve; each point's seconds are the forward passes of its own
+  n variants plus its vote. A voted answer has no loss (it is not one forward's logits): only the
+  accuracies and the task's own metrics are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from trmkit import files, rundir
+from trmkit.config import ConfigError
+from trmkit.data.stream import eval_batches
+from trmkit.data.variants import Variants, vote
+from trmkit.model.losses import log_stablemax
+from trmkit.train.evaluate import run_eval, think
+from trmkit.train.optim import ema_weights
+from trmkit.train.session import Session
+from trmkit.train.step import StepContext, labels_to_tensor
+
+if TYPE_CHECKING:
+    from trmkit.data.store import Split
+
+Log = Callable[[str], None]
+
+
+def parse_steps(text: str | None) -> list[int]:
+    """`--steps 8,16,32` -> [8, 16, 32] ([] when not given: the run's own N_sup)."""
+    if not text:
+        return []
+    try:
+        steps = [int(k) for k in str(text).split(",")]
+    except ValueError:
+        steps = [0]
+    if any(k < 1 for k in steps):
+        raise ConfigError(f"--steps {text}: give supervision steps as positive integers, e.g. --steps 8,16,32,64")
+    return steps
+
+
+def parse_counts(text: str | None) -> list[int]:
+    """`--vote 1,2,4,8` -> [1, 2, 4, 8] ([] when not given: no vote)."""
+    if not text:
+        return []
+    try:
+        counts = sorted({int(k) for k in str(text).split(",")})
+    except ValueError:
+        counts = [0]
+    if counts[0] < 1:
+        raise ConfigError(f"--vote {text}: give numbers of variants as positive integers, e.g. --vote 1,2,4,8")
+    return counts
+
+
+def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print,
+                  variants: Variants | None = None, counts: list[int] | None = None) -> dict:
+    """The evaluation with N_sup = K supervision steps per example, and with `counts` the vote over
+    that many variants at each K (under "vote": {n: metrics}). One K -> its metrics (and "steps": K);
+    several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json."""
+    trained, curve = s.model.cfg, {}
+    try:
+        for k in steps or [trained.halt_max_steps]:
+            s.model.cfg = dataclasses.replace(trained, halt_max_steps=k)
+            t0 = time.perf_counter()
+            curve[k] = {**run_eval(s, limit, log=log), "seconds": round(time.perf_counter() - t0, 2)}
+            log(f"eval: K={k} supervision steps: exact_accuracy {curve[k].get('exact_accuracy', 0):.3f} "
+                f"({curve[k]['seconds']:.0f} s)")
+            if counts:
+                curve[k]["vote"] = run_vote(s, variants, counts, limit, log)
+    finally:
+        s.model.cfg = trained
+    if len(steps) <= 1:
+        only = next(iter(curve.values()))
+        return {**only, "steps": steps[0]} if steps else only
+    path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
+    files.write_json(path, kept)
+    return {"steps": curve, "trained_steps": trained.halt_max_steps}
+
+
+# --------------------------------------------------------------------------- voting
+
+
+def run_vote(s: Session, variants: Variants | None, counts: list[int], limit: int | None = None,
+             log: Log = print) -> dict[int, dict]:
+    """Vote over the first n variants for each n in counts, on the test split: {n: metrics}."""
+    split = s.data.test
+    if split is None:
+        raise ConfigError(f"{s.cfg.data.path}: no test split to evaluate")
+    if variants is None:
+        raise ConfigError(f"{s.cfg.data.path}: the store's task declares no symmetries to vote over "
+                          "(Task.variants, docs/tasks.md); evaluate without --vote")
+    if len(variants) < max(counts):
+        raise ConfigError(f"--vote {max(counts)}: only {len(variants)} variants were made")
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
+    tally = _Tally(counts, s.ctx, s.scorer, split)
+    with ema_weights(s.model, s.opts.ema):
+        was_training = s.model.training
+        s.model.eval()
+        try:
+            for batch in eval_batches(split, size, limit):
+                tally.add(batch, *_solve_variants(s, batch, variants, max(counts)), variants)
+        finally:
+            s.model.train(was_training)
+    result = tally.result()
+    for n, r in result.items():
+        log(f"eval: vote over {n} variant(s) at K={s.model.cfg.halt_max_steps}: exact_accuracy "
+            f"{r['exact_accuracy']:.3f} ({r['seconds']:.0f} s)")
+    return result
+
+
+@torch.no_grad()
+def _solve_variants(s: Session, batch, variants: Variants, n: int) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+    """Each variant's probabilities (b, L, V), turned back to the example's frame; the halting
+    logits of the example itself; the seconds each variant took."""
+    inputs = np.asarray(batch.inputs)
+    pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(s.ctx.device, torch.int64)
+    probs, seconds, q_first = [], [], None
+    for v in range(n):
+        t0 = time.perf_counter()
+        x = torch.from_numpy(variants.apply(inputs, v)).to(s.ctx.device)
+        logits, q, _ = think(s.model, x, pids, s.ctx)
+        p = log_stablemax(logits.float()).exp().cpu().numpy()  # (b, L, V), the loss's own probabilities
+        probs.append(variants.undo(p, v))
+        q_first = q.float().cpu().numpy() if q_first is None else q_first
+        seconds.append(time.perf_counter() - t0)
+    return probs, q_first, seconds
+
+
+class _Tally:
+    """The generic accuracies and the task's scorer, one set per number of variants."""
+
+    def __init__(self, counts: list[int], ctx: StepContext, scorer, split: Split) -> None:
+        self.counts, self.ctx, self.blank_id = counts, ctx, split.meta.blank_id
+        self.totals = {n: dict(right=0, valid=0, blank_right=0, blank=0, exact=0, n=0, seconds=0.0) for n in counts}
+        self.scorers = {n: scorer(split) if scorer is not None else None for n in counts}
+
+    def add(self, batch, probs: list[np.ndarray], q_halt: np.ndarray, seconds: list[float],
+            variants: Variants) -> None:
+        inputs = np.asarray(batch.inputs)
+        labels = self.labels(batch)
+        for n in self.counts:
+            t0 = time.perf_counter()
+            answers = vote(inputs, probs[:n], variants.check)  # (b, L)
+            t = self.totals[n]
+            t["seconds"] += sum(seconds[:n]) + time.perf_counter() - t0
+            scored = labels >= 0
+            right = (answers[:, :labels.shape[1]] == labels) & scored
+            t["right"] += int(right.sum())
+            t["valid"] += int(scored.sum())
+            t["exact"] += int((right | ~scored).all(1).sum())
+            t["n"] += len(inputs)
+            if self.blank_id is not None:
+                blank = (inputs[:, :labels.shape[1]] == self.blank_id) & scored
+                t["blank_right"] += int((right & blank).sum())
+                t["blank"] += int(blank.sum())
+            if self.scorers[n] is not None:
+                self.scorers[n].add(batch, answers, q_halt)
+
+    def labels(self, batch) -> np.ndarray:
+        """(b, L) int64, negative where a cell is not scored (the store's ignore label, train.mask_given)."""
+        ctx = self.ctx
+        return labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device, batch.inputs,
+                                ctx.given_tokens).cpu().numpy()
+
+    def result(self) -> dict[int, dict]:
+        out = {}
+        for n, t in self.totals.items():
+            r = {"exact_accuracy": t["exact"] / max(1, t["n"]), "cell_accuracy": t["right"] / max(1, t["valid"])}
+            if self.blank_id is not None:
+                r["blank_accuracy"] = t["blank_right"] / max(1, t["blank"])
+            r["samples"] = t["n"]
+            r["seconds"] = round(t["seconds"], 2)
+            if self.scorers[n] is not None:
+                r.update(self.scorers[n].result())
+            out[n] = r
+        return out
