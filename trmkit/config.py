@@ -131,15 +131,20 @@ class DataConfig:
     path: str = ""  # dataset root holding train/ and test/ split directories
     eval_limit: int = 0  # evaluate on at most this many test examples (0 = all)
     stream: str = "store"  # "store": sample the training split; "generate": fresh examples from the task's
-    #                        generator at every step (seeded, resumable; the store gives shapes and the test set)
+    #                        generator at every step (seeded, resumable; the store gives shapes and the test set);
+    #                        "curriculum": the training split drawn easy -> hard by its rated difficulty
     curriculum_samples: int = 0  # stream=generate: samples over which the task's generator ramps from easy
-    #                              to the store's difficulty (0: the store's difficulty from the first sample)
+    #                              to the store's difficulty (0: the store's difficulty from the first sample);
+    #                              stream=curriculum: samples over which the pool grows to every training group
 
     def __post_init__(self) -> None:
-        if self.stream not in ("store", "generate"):
-            raise ConfigError(f"data.stream={self.stream!r}: use 'store' or 'generate'")
+        if self.stream not in ("store", "generate", "curriculum"):
+            raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
         if self.curriculum_samples < 0:
             raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
+        if self.stream == "curriculum" and not self.curriculum_samples:
+            raise ConfigError("data.stream=curriculum needs data.curriculum_samples > 0: the samples over which "
+                              "training moves from the easiest groups to all of them")
 
 
 @dataclass

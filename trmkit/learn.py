@@ -260,13 +260,18 @@ def _blank(p: Point) -> str:
 def format_point(p: Point) -> str:
     return (f"learn @ {p.minutes:.2f} min (step {p.steps}, {p.samples / max(p.minutes * 60, 1e-9):.0f} "
             f"samples/s): blank {_blank(p)}, exact {p.exact_accuracy:.3f}, cell {p.cell_accuracy:.3f}"
-            + "".join(f", {k} {v:.3f}" for k, v in p.task_metrics.items())
+            + "".join(f", {k} {p.task_metrics[k]:.3f}" for k in _shown(p))
             + f" | eval {p.eval_seconds:.1f} s, load {p.load_average:.2f}")
+
+
+def _shown(p: Point) -> list[str]:
+    """The task's metrics a line or table shows: per-class or per-band ones ("a/b") stay in the JSON."""
+    return [k for k in p.task_metrics if "/" not in k]
 
 
 def format_table(points: list[Point]) -> list[str]:
     """The curve as a fixed-width table."""
-    extra = list(points[0].task_metrics) if points else []
+    extra = _shown(points[0]) if points else []
     lines = ["minutes  steps   samples  blank_acc  exact_acc  cell_acc  eval_s  load"
              + "".join(f"  {k}" for k in extra),
              "-------  -----  --------  ---------  ---------  --------  ------  ----"

@@ -258,3 +258,62 @@ def test_build_from_file_reports_skips(tmp_path: Path, data_dir: Path) -> None:
     with pytest.raises(FileExistsError, match="not a trmkit store"):  # refused before any solving
         build_sudoku("generate", busy, num_generate=5, log=logs.append)
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+
+
+# ---------------------------------------------------------------- ratings (issue 28)
+
+# Arto Inkala's 2012 puzzle, published as the "world's hardest": unique, and no singles-only solve.
+INKALA = "8..........36......7..9.2...5...7.......457.....1...3...1....68..85...1..9....4.."
+
+
+def test_the_rating_orders_easy_and_hard_puzzles() -> None:
+    from trmkit.tasks.sudoku.solver import hardness
+
+    easy, hard = hardness(parse_grid(EASY)), hardness(parse_grid(INKALA))
+    assert easy == 0 and hard >= 10, (easy, hard)
+
+
+def test_build_rates_filters_and_holds_out_the_hardest(tmp_path: Path) -> None:
+    import json
+
+    from trmkit.data.curriculum import read_difficulty
+    from trmkit.tasks.sudoku.solver import hardness
+
+    src = write_lines(tmp_path / "p.txt", [EASY, INKALA, MANY, EASY.replace("53", "35", 1)] + [EASY] * 3)
+    logs: list[str] = []
+    build_sudoku(src, tmp_path / "s", test_hardest=1, aug=1, log=logs.append)
+    splits = open_store(tmp_path / "s")
+    test_puzzle = from_tokens(np.asarray(splits["test"].inputs))[0]
+    np.testing.assert_array_equal(test_puzzle, parse_grid(INKALA))  # the hardest is held out
+    ratings, measure = read_difficulty(splits["train"])
+    assert measure == "solver guesses" and len(ratings) == splits["train"].num_groups == 4
+    assert read_difficulty(splits["test"])[0].tolist() == [hardness(parse_grid(INKALA))]
+    assert any(line.startswith("rating (solver guesses) of the test split: median") for line in logs)
+    built = json.loads((tmp_path / "s" / "test" / "meta.json").read_text())["build"]
+    assert built["test_hardest"] == 1 and "100.0%" in built["ratings"]["test"]
+    # a filter leaves puzzles out, counted; nothing in range is an error, and nothing is written
+    logs.clear()
+    build_sudoku(src, tmp_path / "f", max_rating=0, test_fraction=0.5, log=logs.append)
+    assert any("rating filter: kept 4 of 5" in line for line in logs), logs
+    with pytest.raises(ValueError, match="no puzzle is rated in"):
+        build_sudoku(src, tmp_path / "none", min_rating=10**6, log=logs.append)
+    assert not (tmp_path / "none").exists()
+
+
+def test_rating_scorer_splits_exact_accuracy_by_band(tmp_path: Path) -> None:
+    from trmkit.data.stream import eval_batches
+    from trmkit.tasks.sudoku.score import rating_scorer
+
+    src = write_lines(tmp_path / "p.txt", [EASY, INKALA])
+    build_sudoku(src, tmp_path / "s", test_fraction=1.0, log=lambda m: None)
+    split = open_store(tmp_path / "s")["test"]
+    scorer = rating_scorer(split)
+    batch = next(eval_batches(split, 2))
+    preds = np.asarray(batch.labels).copy()
+    hard_row = int(np.flatnonzero((from_tokens(np.asarray(batch.inputs)) == parse_grid(INKALA)).all(1))[0])
+    preds[hard_row, 0] = 1 + preds[hard_row, 0] % 9  # one wrong cell in the hard puzzle
+    scorer.add(batch, preds, np.zeros(2))
+    result = scorer.result()
+    assert result["exact_by_rating/0"] == 1.0 and result["puzzles_by_rating/0"] == 1
+    hard_band = next(k for k in result if k.startswith("exact_by_rating/") and k != "exact_by_rating/0")
+    assert result[hard_band] == 0.0

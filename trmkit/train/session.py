@@ -27,6 +27,7 @@ from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split, StoreMeta, open_split
+from trmkit.data.curriculum import RatedSampler
 from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
@@ -354,6 +355,15 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[[St
     """The store's training split, or with data.stream=generate the task's generator."""
     if cfg.data.stream == "store":
         return SampleStream(data.train, cfg.run.seed, world.rank, world.size)
+    if cfg.data.stream == "curriculum":
+        if data.train is None:
+            raise ConfigError(f"{cfg.data.path}: data.stream=curriculum draws from the training split; there is none")
+        stream = GeneratedStream(RatedSampler(data.train), cfg.run.seed, world.rank, world.size,
+                                 cfg.data.curriculum_samples)
+        log(f"data: stream=curriculum -> the training split easy to hard over {cfg.data.curriculum_samples:,} "
+            f"samples: {stream.describe(0.0)} -> all {data.train.num_groups:,} groups, drawn with replacement "
+            f"(seed {cfg.run.seed}, resumable)")
+        return stream
     meta = (data.train or data.test).meta
     if sampler is None:
         raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "

@@ -2,7 +2,8 @@
 
 solver.py    digit grids, the constraint-propagation solver (solve, count, hardness), tokens
 generate.py  the puzzle generator and the symmetry augmentation
-build.py     readers of text/CSV collections and the store builder (`build_sudoku`)
+build.py     readers of text/CSV collections and the store builder (`build_sudoku`), ratings
+score.py     exact accuracy per rating band
 variants.py  the symmetries a test-time vote runs (`trmkit eval --vote`)
 task.py      the task: `trmkit data sudoku` arguments, the learning-curve set, TASK
 """

@@ -20,13 +20,16 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from trmkit.data.curriculum import DIFFICULTY_FILE, difficulty_sidecar
 from trmkit.data.imports import ImportReport, split_rows
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.tasks.sudoku.generate import augment, generate_pairs, parse_givens
 from trmkit.tasks.sudoku.solver import (BLANK_ID, PAD_ID, SIZE, VOCAB, PuzzleError, SudokuPair, check_solution,
-                                        parse_grid, search, to_tokens)
+                                        hardness, parse_grid, search, to_tokens)
 
 Log = Callable[[str], None]
+RATING = "solver guesses"  # what a rating counts (solver.hardness)
+RATING_BANDS = (("0", 0, 1), ("1-9", 1, 10), ("10-99", 10, 100), ("100+", 100, 2**62))
 
 
 # ---------------------------------------------------------------- importers
@@ -195,6 +198,9 @@ def build_sudoku(
     max_guesses: int | None = None,
     seed: int = 0,
     require_unique: bool = True,
+    min_rating: int = 0,
+    max_rating: int | None = None,
+    test_hardest: int = 0,
     log: Log = print,
 ) -> BuildReport:
     """Build a Sudoku store at ``out_dir`` (``train/`` and ``test/``).
@@ -203,6 +209,11 @@ def build_sudoku(
     style, anything else plain text). ``limit`` caps the puzzles kept. A
     random ``test_fraction`` of them forms the test split; each training
     puzzle becomes a group with ``aug`` extra augmented copies.
+
+    Every puzzle is rated (solver.hardness: the guesses a propagating search needs to solve it and
+    prove it unique). Puzzles rated outside [min_rating, max_rating] are left out (counted);
+    ``test_hardest`` N holds out the N highest-rated puzzles as the test split instead of a random
+    ``test_fraction``. Each split's ratings are printed and kept (data/curriculum.DIFFICULTY_FILE).
     """
     start = time.perf_counter()  # the source "generate" means generate; any other string is a path
     _check_build_args(test_fraction, aug, limit, num_generate, seed)
@@ -210,28 +221,74 @@ def build_sudoku(
     report, pairs = _open_source_pairs(
         source, limit, num_generate, givens, seed, min_guesses, max_guesses, require_unique
     )
-    puzzles, solutions = _collect(pairs, report, log)  # (n, 81) each
+    puzzles, solutions, ratings = _collect(pairs, report, log)  # (n, 81), (n, 81), (n,)
     for line in report.summary_lines():
         log(line)
     if len(puzzles) == 0:
         _refuse_empty(report)
-    test_rows, train_rows = split_rows(len(puzzles), test_fraction, seed)
+    puzzles, solutions, ratings = _rating_filter(puzzles, solutions, ratings, min_rating, max_rating, log)
+    test_rows, train_rows = _split_by(ratings, test_fraction, test_hardest, seed)
     splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
     if len(train_rows):  # test_fraction 1: a store for evaluation only
         splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
+    rated = {"test": ratings[test_rows], "train": ratings[train_rows]}
+    for name in splits:
+        log(f"rating ({RATING}) of the {name} split: {rating_summary(rated[name])}")
     settings = {
         "source": report.source, "test_fraction": test_fraction, "aug": aug, "limit": limit,
         "num_generate": num_generate if str(source) == "generate" else None,
         "givens": list(parse_givens(givens)) if str(source) == "generate" else None,
         "min_guesses": min_guesses, "max_guesses": max_guesses, "seed": seed, "require_unique": require_unique,
+        "min_rating": min_rating, "max_rating": max_rating, "test_hardest": test_hardest,
+        "ratings": {name: rating_summary(rated[name]) for name in splits},
     }
-    write_store(out_dir, splits, _store_meta(report, settings, splits))
+    extras = {name: {DIFFICULTY_FILE: difficulty_sidecar(rated[name], RATING)} for name in splits}
+    write_store(out_dir, splits, _store_meta(report, settings, splits), extras)
     built = BuildReport(
         Path(out_dir), report.source, report, len(train_rows), len(splits["train"].inputs) if len(train_rows) else 0,
         len(test_rows), len(splits["test"].inputs), time.perf_counter() - start,
     )
     log(built.summary_lines()[-1])
     return built
+
+
+def rating_summary(ratings: np.ndarray) -> str:
+    """"median 2, 90th percentile 24, max 2815; 0: 47.4%, 1-9: 24.8%, ..." for a split's ratings."""
+    if len(ratings) == 0:
+        return "no puzzles"
+    r = np.asarray(ratings)
+    bands = ", ".join(f"{name}: {100 * np.mean((r >= lo) & (r < hi)):.1f}%" for name, lo, hi in RATING_BANDS)
+    return (f"median {np.median(r):.0f}, 90th percentile {np.percentile(r, 90):.0f}, max {r.max()}; {bands} "
+            f"of {len(r):,}")
+
+
+def rating_band(rating: int) -> str:
+    return next(name for name, lo, hi in RATING_BANDS if lo <= rating < hi)
+
+
+def _rating_filter(puzzles: np.ndarray, solutions: np.ndarray, ratings: np.ndarray, low: int, high: int | None,
+                   log: Log) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Only the puzzles rated in [low, high]; the others are counted and the count printed."""
+    keep = (ratings >= low) & (ratings <= (high if high is not None else np.iinfo(np.int64).max))
+    if keep.all():
+        return puzzles, solutions, ratings
+    if not keep.any():
+        raise ValueError(f"no puzzle is rated in [{low}, {high if high is not None else 'inf'}] "
+                         f"({RATING}; these are rated {rating_summary(ratings)}); nothing written")
+    log(f"rating filter: kept {int(keep.sum()):,} of {len(keep):,} puzzles rated in "
+        f"[{low}, {high if high is not None else 'inf'}]; {int((~keep).sum()):,} left out")
+    return puzzles[keep], solutions[keep], ratings[keep]
+
+
+def _split_by(ratings: np.ndarray, test_fraction: float, test_hardest: int, seed: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(test rows, train rows): the `test_hardest` highest-rated (ties: file order), else a random fraction."""
+    if not test_hardest:
+        return split_rows(len(ratings), test_fraction, seed)
+    if test_hardest >= len(ratings):
+        raise ValueError(f"--test-hardest {test_hardest} would leave no training puzzle ({len(ratings)} kept)")
+    order = np.argsort(-ratings, kind="stable")
+    return np.sort(order[:test_hardest]), np.sort(order[test_hardest:])
 
 
 def _refuse_empty(report: ImportReport) -> None:
@@ -273,21 +330,23 @@ def _open_source_pairs(
 
 def _collect(
     pairs: Iterator[SudokuPair], report: ImportReport, log: Log, every_s: float = 10.0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Drain the pair stream into (n, 81) puzzle and solution arrays, logging progress."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drain the pair stream into (n, 81) puzzle and solution arrays and (n,) ratings, logging progress."""
     puzzles: list[np.ndarray] = []
     solutions: list[np.ndarray] = []
+    ratings: list[int] = []
     next_log = time.perf_counter() + every_s
     for pair in pairs:
         puzzles.append(pair.puzzle)
         solutions.append(pair.solution)
+        ratings.append(pair.guesses if pair.guesses is not None else hardness(pair.puzzle))
         if time.perf_counter() >= next_log:
             log(f"  {report.accepted} puzzles kept, {report.skipped} skipped so far ...")
             next_log += every_s
     if not puzzles:
         empty = np.zeros((0, SIZE), dtype=np.uint8)
-        return empty, empty.copy()
-    return np.stack(puzzles), np.stack(solutions)
+        return empty, empty.copy(), np.zeros(0, dtype=np.int64)
+    return np.stack(puzzles), np.stack(solutions), np.asarray(ratings, dtype=np.int64)
 
 
 def _split_arrays(puzzles: np.ndarray, solutions: np.ndarray, aug: int, seed: int) -> SplitArrays:

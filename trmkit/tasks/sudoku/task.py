@@ -1,6 +1,7 @@
 """Sudoku as a task: its `trmkit data sudoku` arguments, the learning-curve set, and TASK.
 
-Sudoku needs no scorer: the generic metrics (cell, blank-cell and exact accuracy) are its metrics.
+Beyond the generic metrics (cell, blank-cell and exact accuracy), a rated store's evaluation splits
+exact accuracy by rating band (score.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from trmkit.config import ConfigError
 from trmkit.tasks.sudoku.build import BuildReport, build_sudoku
 from trmkit.tasks.sudoku.generate import parse_givens
+from trmkit.tasks.sudoku.score import rating_scorer
 from trmkit.tasks.sudoku.variants import sudoku_variants
 from trmkit.tasks.base import Log, Task
 
@@ -67,6 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--givens", default="24-26", help="givens per generated puzzle: N or A-B")
     p.add_argument("--min-guesses", type=int, default=0,
                    help="generated puzzles need at least this many solver guesses (harder)")
+    p.add_argument("--min-rating", type=int, default=0,
+                   help="keep only puzzles the solver needs at least this many guesses for (the rating; "
+                        "0 = singles suffice); with --source generate the generator aims at it")
+    p.add_argument("--max-rating", type=int, default=None, help="keep only puzzles rated at most this")
+    p.add_argument("--test-hardest", type=int, default=0, metavar="N",
+                   help="hold out the N highest-rated puzzles as the test split (instead of --test-fraction)")
     p.add_argument("--allow-multiple", action="store_true",
                    help="keep puzzles with several solutions, labelled with the first one found")
 
@@ -75,12 +83,14 @@ def run_build(args: argparse.Namespace, log: Log = print) -> BuildReport:
     return build_sudoku(
         source=args.source, out_dir=Path(args.out), test_fraction=args.test_fraction,
         aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens,
-        min_guesses=args.min_guesses, seed=args.seed, require_unique=not args.allow_multiple, log=log)
+        min_guesses=max(args.min_guesses, args.min_rating) if args.source == "generate" else args.min_guesses,
+        seed=args.seed, require_unique=not args.allow_multiple, min_rating=args.min_rating,
+        max_rating=args.max_rating, test_hardest=args.test_hardest, log=log)
 
 
 TASK = Task(
     name="sudoku", shape="grid", summary="9 x 9 Sudoku (generated, plain-text collections, Sudoku-Extreme CSV)",
-    add_arguments=add_arguments, build=run_build, scorer=None, variants=sudoku_variants,
+    add_arguments=add_arguments, build=run_build, scorer=rating_scorer, variants=sudoku_variants,
     presets={"paper": "configs/sudoku-paper.yaml", "laptop": "configs/sudoku-laptop.yaml"},
     learn_set=LearnSet(),
 )
