@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trmkit.data.imports import ImportReport
-from trmkit.email.labels import (DEFAULT_TAXONOMY, LabelMap, LabelMapError, apply, gmail_label,
+from trmkit.email.labels import (DEFAULT_TAXONOMY, LabelMap, LabelMapError, apply, explain, gmail_label,
                                  label_map_from_dict, load_label_map, map_labels)
 from trmkit.email.mail import Message
 
@@ -93,7 +93,17 @@ def test_body_and_label_rules() -> None:
     ("categories: [Spam]\nrules:\n  - {header: List-Id, field: subject, matches: x, category: Spam}\n",
      r"rules\[0\] \(rule 1\): give exactly one of header: NAME or field:"),
     ("categories: [Spam]\nrules:\n  - {field: subjet, matches: x, category: Spam}\n",
-     r"rules\[0\] \(rule 1\): field: 'subjet' is not one of subject, sender, body, label"),
+     r"rules\[0\] \(rule 1\): field: 'subjet' is not one of subject, sender, body, text, label"),
+    ("categories: [Spam]\nrules:\n  - {category: Spam, at_least: 2, signs: [{field: text, matches: x, wieght: 2}]}\n",
+     r"rules\[0\] \(rule 1\): signs\[0\]: unknown key 'wieght' \(did you mean 'weight'\?\)"),
+    ("categories: [Spam]\nrules:\n  - {category: Spam, signs: [{field: text, matches: x}]}\n",
+     r"rules\[0\] \(rule 1\): at_least: must be a positive number"),
+    ("categories: [Spam]\nrules:\n  - {category: Spam, at_least: 1, field: body, matches: y, signs: [{field: text, "
+     "matches: x}]}\n", r"rules\[0\] \(rule 1\): a rule has either header\|field \+ matches, or signs:, not both"),
+    ("categories: [Spam]\nrules:\n  - {category: Spam, at_least: 1, signs: []}\n",
+     r"rules\[0\] \(rule 1\): signs: must be a non-empty list"),
+    ("categories: [Spam]\nrules:\n  - {category: Spam, at_least: 1, signs: [{header: To, matches: '('}]}\n",
+     r"rules\[0\] \(rule 1\): signs\[0\]: matches: '\(' is not a valid regular expression"),
     ("categories: [Spam]\nrules:\n  - {field: subject, matches: x, category: Spam, when: sometimes}\n",
      r"rules\[0\] \(rule 1\): when: 'sometimes'"),
     ("categories: [Spam]\nrules:\n  - {field: subject, match: x, category: Spam}\n",
@@ -140,3 +150,26 @@ def test_shipped_taxonomy_maps_spamassassin_gmail_and_csv_labels() -> None:
     assert apply(lm, msg("Updates", subject="Weekly digest", Precedence="bulk")) == "Newsletter"
     assert apply(lm, msg("Updates", subject="Hello")) == "Other"
     assert apply(lm, msg("Drafts")) is None
+
+
+def test_a_scored_rule_adds_the_weights_of_the_signs_that_match() -> None:
+    lm = label_map_from_dict({"categories": ["Spam", "Other"], "default": "Other", "rules": [
+        {"category": "Spam", "at_least": 3, "signs": [
+            {"field": "text", "matches": "click here", "weight": 2},
+            {"field": "subject", "matches": "free", "weight": 1},
+            {"header": "X-Priority", "matches": "^1"}]}]})
+    assert apply(lm, msg(subject="A free gift", body="Click HERE now")) == "Spam"  # 2 + 1
+    assert apply(lm, msg(subject="A free gift", body="no link", X_Priority="1 (Highest)")) == "Other"  # 1 + 1
+    assert apply(lm, msg(subject="click here", X_Priority="1")) == "Spam"  # text holds the subject too: 2 + 1
+    assert explain(lm, msg(body="click here", subject="free"))[1] == "rule 1 (3 signs, score >= 3)"
+
+
+def test_the_taxonomy_weak_labels_replies_lists_and_spam_without_a_raw_label() -> None:
+    lm = load_label_map(TAXONOMY)
+    spam = msg(None, subject="Lowest mortgage rates! Save 50%", sender="deals4u82734@hotmail.com",
+               body="Dear friend, click here for a FREE quote. To be removed from our list reply REMOVE.")
+    assert apply(lm, spam) == "Spam"
+    assert apply(lm, msg(None, subject="Re: the meeting", body="Click here for the agenda", In_Reply_To="<a@b>")) \
+        == "Personal"  # a reply in a conversation is correspondence
+    assert apply(lm, msg(None, subject="[ILUG] kernel question", List_Id="<ilug.linux.ie>")) == "Newsletter"
+    assert apply(lm, msg(None, subject="hello")) == "Other"

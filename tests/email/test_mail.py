@@ -249,7 +249,7 @@ def test_detect_format_and_bad_sources(tmp_path: Path) -> None:
         iter_messages(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="format 'pst' is unknown"):
         iter_messages(tmp_path / "a.csv", fmt="pst")
-    with pytest.raises(ValueError, match="use folder, gmail, header:NAME, column:NAME or filename:REGEX"):
+    with pytest.raises(ValueError, match="use folder, gmail, header:NAME, column:NAME, filename:REGEX or none"):
         iter_messages(tmp_path / "m", label_from="colour")
     with pytest.raises(ValueError, match="for CSV/JSONL sources"):
         iter_messages(tmp_path / "m", label_from="column:x")

@@ -1,4 +1,4 @@
-"""`trmkit email predict | export | serve | baseline` (the CLI dispatches here; docs/email.md)."""
+"""`trmkit email predict | sort | export | serve | weak-label | baseline` (the CLI dispatches here; docs/email.md)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="messages per request (and per shared model call) at most")
     s.add_argument("--batch-wait-ms", type=float, default=5.0,
                    help="requests arriving within this many ms share one model call (0: no waiting)")
+    s = sub.add_parser("weak-label", help="label a mailbox by the label map's rules alone: counts, a sample to "
+                                         "confirm, and with --against the real labels' recall and precision")
+    s.add_argument("source", help="a mailbox: .eml folder(s), Maildir, mbox(.gz), CSV or JSONL")
+    s.add_argument("--label-map", default="configs/email-taxonomy.yaml", help="the rules (default: the taxonomy)")
+    s.add_argument("--format", default="auto", help="source format (auto: detected)")
+    s.add_argument("--against", default=None, metavar="LABEL_FROM",
+                   help="measure against real labels read this way (folder, gmail, header:NAME, ...)")
+    s.add_argument("--sample", type=int, default=3, help="messages shown per category (default 3)")
+    s.add_argument("--json", action="store_true", help="print the counts and scores as one JSON object")
     s = sub.add_parser("baseline", help="TF-IDF + logistic regression on the store's exact split")
     s.add_argument("data", help="an e-mail store built by `trmkit data email`")
     s.add_argument("--run", default=None, help="a run trained on it: print its test metrics beside")
@@ -57,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return {"predict": run_predict, "sort": run_sort, "export": run_export, "serve": run_serve,
-            "baseline": run_baseline}[args.email_command](args)
+            "baseline": run_baseline, "weak-label": run_weak_label}[args.email_command](args)
 
 
 def _stderr(line: str) -> None:
@@ -142,6 +151,31 @@ def run_sort(args: argparse.Namespace) -> int:
     _stderr(f"sort: {'would copy' if args.dry_run else 'copied'} {sum(done.per_label.values())} messages "
             f"({counts}) into {args.into}; {done.already} already there, {done.renamed} under a numbered name; "
             "the originals are untouched")
+    return 0
+
+
+def run_weak_label(args: argparse.Namespace) -> int:
+    from trmkit.data.imports import ImportReport
+    from trmkit.email.labels import load_label_map
+    from trmkit.email.mail.mailbox import iter_messages
+    from trmkit.email.weak import format_report, weak_label
+
+    if args.sample < 0:
+        raise ConfigError(f"--sample {args.sample}: give 0 or more messages per category")
+    label_map = load_label_map(args.label_map)
+    read = ImportReport(source=args.source, unit="messages")
+    try:
+        messages = iter_messages(args.source, args.format, args.against or "none", read)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(str(err)) from err
+    report = weak_label(messages, label_map, args.against is not None, args.sample)
+    for line in read.summary_lines():
+        _stderr(line)
+    if args.json:
+        print(json.dumps({"messages": report.seen, "counts": {str(k): v for k, v in report.counts.items()},
+                          "against": args.against, "scores": report.scores() if args.against else None}))
+    else:
+        print("\n".join(format_report(report, args.against)))
     return 0
 
 

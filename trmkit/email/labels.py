@@ -5,9 +5,11 @@
 called INBOX, the mbox file's stem; for CSV/JSONL the label column), "gmail" (the
 X-Gmail-Labels header via `gmail_label`; for CSV/JSONL the label column read the same way),
 "header:NAME" (the decoded value of header NAME; for CSV/JSONL the column NAME),
-"column:NAME" (CSV/JSONL only) and "filename:REGEX" (files and mboxes: the regex searched in the
+"column:NAME" (CSV/JSONL only), "filename:REGEX" (files and mboxes: the regex searched in the
 file's name, its first group or the whole match, e.g. Ling-Spam's spmsg* files with
-'filename:^(spm|[0-9])'); a label that cannot be found is None. A label map (YAML, see
+'filename:^(spm|[0-9])') and "none" (no raw label: the map's rules and default alone decide,
+weak labels for a mailbox without any; `trmkit email weak-label` shows and measures them);
+a label that cannot be found is None. A label map (YAML, see
 configs/email-taxonomy.yaml) turns raw labels into the categories
 the classifier learns. The map format:
 
@@ -21,11 +23,15 @@ the classifier learns. The map format:
       - {field: subject, matches: '\\binvoice\\b', category: Finance}  # subject | sender | body | label
       - {field: label, matches: '^spam', category: Spam, when: always} # `when: always`: before `map`
       - {header: Auto-Submitted, matches: 'auto-replied', category: null}  # null: leave these out
+      - category: Spam          # a score: the weights of the signs that match add up to at_least
+        at_least: 3
+        signs: [{field: text, matches: 'click here', weight: 2}, {header: X-Priority, matches: '^1'}]
     default: Other              # a category, or null: messages nothing maps are left out (and counted)
 
 Order of decision in `apply`: rules with `when: always` (in file order), then `map` on the
 raw label, then the other rules (`when: unmapped`, the default), then `default`.
-Regexes are Python `re`, searched (not anchored) case-insensitively; write `(?-i:...)` for a
+Fields: subject, sender, body, text (subject and body), label. Regexes are Python `re`, searched
+(not anchored) case-insensitively; write `(?-i:...)` for a
 case-sensitive part, and quote them with single quotes in YAML (in double quotes "\\b" is a
 backspace). A header rule matches only when the message has that header; the reader keeps the
 headers in `mail.mime.HEADER_NAMES` (From, To, Subject, List-Id, List-Unsubscribe, Precedence,
@@ -57,9 +63,10 @@ GMAIL_IGNORED = frozenset({"inbox", "unread", "opened", "important", "starred", 
 # Gmail's default tab: a user label says more than "not a promotion".
 GMAIL_DEFAULT_CATEGORIES = frozenset({"primary", "personal"})
 BODY_RULE_CHARS = 10_000
-RULE_FIELDS = ("subject", "sender", "body", "label")
+RULE_FIELDS = ("subject", "sender", "body", "text", "label")  # text: the subject, a line break, the body
 _TOP_KEYS = ("categories", "map", "rules", "default")
-_RULE_KEYS = ("header", "field", "matches", "category", "when")
+_RULE_KEYS = ("header", "field", "matches", "category", "when", "signs", "at_least")
+_SIGN_KEYS = ("header", "field", "matches", "weight")
 
 
 class LabelMapError(ValueError):
@@ -101,7 +108,7 @@ class LabelFrom:
 def label_strategy(label_from: str) -> LabelFrom:
     kind, _, name = label_from.partition(":")
     kind, name = kind.strip().lower(), name.strip()
-    if kind in ("folder", "gmail") and not name:
+    if kind in ("folder", "gmail", "none") and not name:
         return LabelFrom(kind)
     if kind in ("header", "column") and name:
         return LabelFrom(kind, name)
@@ -111,7 +118,8 @@ def label_strategy(label_from: str) -> LabelFrom:
         except re.error as exc:
             raise ValueError(f"label_from={label_from!r}: the regex does not compile ({exc})") from None
         return LabelFrom(kind, name)
-    raise ValueError(f"label_from={label_from!r}: use folder, gmail, header:NAME, column:NAME or filename:REGEX "
+    raise ValueError(f"label_from={label_from!r}: use folder, gmail, header:NAME, column:NAME, filename:REGEX or "
+                     "none (the label map's rules alone decide: weak labels) "
                      "(e.g. header:X-Folder, column:category, 'filename:^(spm|[0-9])')")
 
 
@@ -134,6 +142,8 @@ def _header_lookup(headers: Mapping[str, str], name: str) -> str | None:
 
 def email_label(msg: Message, folder: str | None, strategy: LabelFrom) -> str | None:
     """The raw label of a decoded e-mail under `strategy` (`folder`: where the reader found it)."""
+    if strategy.kind == "none":
+        return None
     if strategy.kind == "folder":
         return folder
     if strategy.kind == "gmail":
@@ -144,25 +154,50 @@ def email_label(msg: Message, folder: str | None, strategy: LabelFrom) -> str | 
 
 
 @dataclass(frozen=True)
-class Rule:
-    """One rule: a regex on a header or a field; `always` rules run before the map."""
+class Test:
+    """A regex on one header or one field of a message."""
 
-    category: str | None
     pattern: re.Pattern[str]
     header: str | None = None  # a header name of Message.headers, or ...
     field: str | None = None  # ... one of RULE_FIELDS
-    always: bool = False
 
-    def matches(self, msg: Message) -> bool:
+    def hit(self, msg: Message) -> bool:
         if self.header is not None:
             value = next((v for k, v in msg.headers.items() if k.lower() == self.header.lower()), None)
         elif self.field == "body":
             value = msg.body[:BODY_RULE_CHARS]
+        elif self.field == "text":
+            value = f"{msg.subject}\n{msg.body[:BODY_RULE_CHARS]}"
         elif self.field == "label":
             value = msg.label
         else:
             value = getattr(msg, str(self.field))
         return value is not None and self.pattern.search(value) is not None
+
+    def describe(self) -> str:
+        return f"{'header ' + self.header if self.header else self.field} ~ /{self.pattern.pattern[:40]}/"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: a regex test, or weighted signs whose weights must add up to `at_least` (a score,
+    as a spam filter counts its signs); `always` rules run before the map."""
+
+    category: str | None
+    tests: tuple[tuple[Test, float], ...]  # (test, weight)
+    at_least: float = 1.0
+    always: bool = False
+
+    def score(self, msg: Message) -> float:
+        return sum(w for t, w in self.tests if t.hit(msg))
+
+    def matches(self, msg: Message) -> bool:
+        return self.score(msg) >= self.at_least
+
+    def describe(self) -> str:
+        if len(self.tests) == 1 and self.at_least == 1.0:
+            return self.tests[0][0].describe()
+        return f"{len(self.tests)} signs, score >= {self.at_least:g}"
 
 
 @dataclass
@@ -178,17 +213,22 @@ class LabelMap:
 
 def apply(label_map: LabelMap, msg: Message) -> str | None:
     """The category of `msg`, or None (unmapped: the caller skips and counts it)."""
-    for rule in label_map.rules:
+    return explain(label_map, msg)[0]
+
+
+def explain(label_map: LabelMap, msg: Message) -> tuple[str | None, str]:
+    """(category, what decided it: "rule 4 (header List-Id ~ /./)", "map 'spam-1'" or "default")."""
+    for i, rule in enumerate(label_map.rules):
         if rule.always and rule.matches(msg):
-            return rule.category
+            return rule.category, f"rule {i + 1} ({rule.describe()})"
     if msg.label is not None:
         key = msg.label.strip().lower()
         if key in label_map.mapping:
-            return label_map.mapping[key]
-    for rule in label_map.rules:
+            return label_map.mapping[key], f"map {msg.label!r}"
+    for i, rule in enumerate(label_map.rules):
         if not rule.always and rule.matches(msg):
-            return rule.category
-    return label_map.default
+            return rule.category, f"rule {i + 1} ({rule.describe()})"
+    return label_map.default, "default"
 
 
 def map_labels(label_map: LabelMap, messages: Iterable[Message],
@@ -293,6 +333,45 @@ def _rule(data: Any, index: int, categories: tuple[str, ...], source: str) -> Ru
         raise LabelMapError(f"{source}: {where}must be a mapping like "
                             "{header: List-Id, matches: '.', category: Newsletter}")
     _no_unknown_keys(data, _RULE_KEYS, source, where)
+    if "category" not in data:
+        raise LabelMapError(f"{source}: {where}category: is missing")
+    when = data.get("when", "unmapped")
+    if when not in ("always", "unmapped"):
+        raise LabelMapError(f"{source}: {where}when: {when!r}; use always (before map) or unmapped (the default)")
+    category = _category(data["category"], categories, source, f"{where}category", allow_null=True)
+    if "signs" in data:
+        return _scored_rule(data, where, category, when == "always", source)
+    if "at_least" in data:
+        raise LabelMapError(f"{source}: {where}at_least: applies to a rule with signs:")
+    return Rule(category=category, tests=((_test(data, where, source), 1.0),), always=when == "always")
+
+
+def _scored_rule(data: dict, where: str, category: str | None, always: bool, source: str) -> Rule:
+    """A rule with signs: [{header|field, matches, weight}, ...] and at_least: the score it needs."""
+    signs = data["signs"]
+    if "header" in data or "field" in data or "matches" in data:
+        raise LabelMapError(f"{source}: {where}a rule has either header|field + matches, or signs:, not both")
+    if not isinstance(signs, list) or not signs:
+        raise LabelMapError(f"{source}: {where}signs: must be a non-empty list of "
+                            "{field: text, matches: REGEX, weight: 2}")
+    at_least = data.get("at_least")
+    if not isinstance(at_least, (int, float)) or isinstance(at_least, bool) or at_least <= 0:
+        raise LabelMapError(f"{source}: {where}at_least: must be a positive number (the score the signs' "
+                            "weights must add up to)")
+    tests = []
+    for j, sign in enumerate(signs):
+        at = f"{where}signs[{j}]: "
+        if not isinstance(sign, dict):
+            raise LabelMapError(f"{source}: {at}must be a mapping like {{field: text, matches: REGEX, weight: 1}}")
+        _no_unknown_keys(sign, _SIGN_KEYS, source, at)
+        weight = sign.get("weight", 1)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool):
+            raise LabelMapError(f"{source}: {at}weight: must be a number")
+        tests.append((_test(sign, at, source), float(weight)))
+    return Rule(category=category, tests=tuple(tests), at_least=float(at_least), always=always)
+
+
+def _test(data: dict, where: str, source: str) -> Test:
     if ("header" in data) == ("field" in data):
         raise LabelMapError(f"{source}: {where}give exactly one of header: NAME or field: "
                             f"{'|'.join(RULE_FIELDS)}")
@@ -300,11 +379,6 @@ def _rule(data: Any, index: int, categories: tuple[str, ...], source: str) -> Ru
         raise LabelMapError(f"{source}: {where}field: {data['field']!r} is not one of {', '.join(RULE_FIELDS)}")
     if "header" in data and not (isinstance(data["header"], str) and data["header"].strip()):
         raise LabelMapError(f"{source}: {where}header: must be a header name such as List-Id")
-    if "category" not in data:
-        raise LabelMapError(f"{source}: {where}category: is missing")
-    when = data.get("when", "unmapped")
-    if when not in ("always", "unmapped"):
-        raise LabelMapError(f"{source}: {where}when: {when!r}; use always (before map) or unmapped (the default)")
     if not isinstance(data.get("matches"), str):
         raise LabelMapError(f"{source}: {where}matches: must be a regular expression in quotes")
     try:
@@ -312,5 +386,4 @@ def _rule(data: Any, index: int, categories: tuple[str, ...], source: str) -> Ru
     except re.error as exc:
         raise LabelMapError(f"{source}: {where}matches: {data['matches']!r} is not a valid regular "
                             f"expression ({exc})") from None
-    return Rule(category=_category(data["category"], categories, source, f"{where}category", allow_null=True),
-                pattern=pattern, header=data.get("header"), field=data.get("field"), always=when == "always")
+    return Test(pattern=pattern, header=data.get("header"), field=data.get("field"))

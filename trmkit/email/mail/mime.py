@@ -51,7 +51,7 @@ READ_CHUNK = 1 << 20  # files too large to read whole are read in pieces of this
 # corpora filtered by SpamAssassin they hold the verdict, which would leak the label.
 HEADER_NAMES = ("From", "To", "Cc", "Reply-To", "Subject", "Date", "Return-Path", "List-Id",
                 "List-Unsubscribe", "Precedence", "Auto-Submitted", "X-Gmail-Labels", "X-Folder",
-                "X-Mailer", "Content-Type")
+                "X-Mailer", "Content-Type", "In-Reply-To", "References", "X-Priority", "X-MSMail-Priority")
 _LOWER_HEADER_NAMES = frozenset(n.lower() for n in HEADER_NAMES)
 # A file is an e-mail only if it has at least one of these (a `cmds` script is not).
 _EMAIL_HEADERS = frozenset({"from", "to", "subject", "date", "message-id", "received",

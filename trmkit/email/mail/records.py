@@ -137,7 +137,7 @@ def _record_message(rec: Mapping[str, Any], cols: _Columns, strategy: LabelFrom,
         notes.append(f"truncated from {len(text)} characters")
         text = text[:max_bytes]
     raw_label = rec.get(cols.label) if cols.label is not None else None
-    label = None if raw_label is None else str(raw_label).strip() or None
+    label = None if raw_label is None or strategy.kind == "none" else str(raw_label).strip() or None
     if strategy.kind == "gmail" and label is not None:
         label = gmail_label(label)
     date = rec.get(cols.date) if cols.date is not None else None
