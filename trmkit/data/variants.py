@@ -12,7 +12,7 @@ predicted probabilities, and votes (`vote`):
 - when no ballot passes the check (or the task has none), the answer is the argmax of the mean
   probabilities over the variants.
 The check looks only at the example's input and the proposed answer, never at the label.
-Tasks import this module (tasks/*); the trainer's evaluation uses it (train/evaluate.py).
+Tasks import this module (tasks/*); the evaluation uses it (train/testtime.py, `trmkit eval --vote`).
 """
 
 from __future__ import annotations

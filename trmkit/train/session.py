@@ -352,7 +352,8 @@ def given_tokens(cfg: Config, data: Data, log: Log) -> torch.Tensor | None:
 
 def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[[StoreMeta], Sampler] | None,
                     log: Log) -> SampleStream | GeneratedStream:
-    """The store's training split, or with data.stream=generate the task's generator."""
+    """The store's training split; with data.stream=curriculum the same split easiest-first (data/curriculum.py);
+    with data.stream=generate the task's generator."""
     if cfg.data.stream == "store":
         return SampleStream(data.train, cfg.run.seed, world.rank, world.size)
     if cfg.data.stream == "curriculum":

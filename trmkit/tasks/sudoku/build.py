@@ -52,7 +52,8 @@ def check_pair(question: str, answer: str | None, origin: str, require_unique: b
             raise PuzzleError("no_solution", "the puzzle has no solution")
         if result.num_solutions > 1:
             raise PuzzleError("multiple_solutions", "the puzzle has more than one solution")
-        solution, guesses = result.solutions[0], result.guesses
+        solution = result.solutions[0]
+        guesses = result.guesses if require_unique else None  # the rating counts a search that proves uniqueness
     if given is not None:
         problem = check_solution(puzzle, given)
         if problem:
