@@ -173,6 +173,8 @@ def _leave_after(work) -> None:
 
 def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `trmkit train`")
+    p.add_argument("overrides", nargs="*", help="dotted overrides of the run's config for this evaluation, e.g. "
+                                                "run.threads=1 run.dtype=float32")
     p.add_argument("--data", default=None, help="dataset directory (default: the run's data.path)")
     p.add_argument("--limit", type=int, default=None, help="evaluate at most N test examples")
     p.add_argument("--memory-budget", default=None,

@@ -106,7 +106,7 @@ def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger
     run = root / "whole"  # trained on 7 x 7 (test_generated_training_resumes_exactly_after_sigkill)
     if not (run / "weights.safetensors").exists():
         pytest.skip("needs the trained run of the resume test")
-    out = cli("eval", str(run), "--data", str(root / "m11"), "--steps", "1,4", "--vote", "1,4")
+    out = cli("eval", str(run), "run.threads=1", "--data", str(root / "m11"), "--steps", "1,4", "--vote", "1,4")
     assert out.returncode == 0, out.stderr
     curve = json.loads(out.stdout)["steps"]
     for k in ("1", "4"):  # a vote of the example alone is the one-shot answer; 4 variants ran 4 times the passes
