@@ -32,6 +32,7 @@ class WeakReport:
     samples: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)  # (where, subject, sender, why)
     pairs: Counter = field(default_factory=Counter)  # (real, weak) category names ("None": left out) -> messages
     seen: int = 0
+    unlabelled: int = 0  # with real labels asked for: messages that have none (not compared)
 
     def scores(self) -> dict[str, dict[str, float]]:
         """Per real category: recall (share of its messages the rules gave it) and precision."""
@@ -41,7 +42,7 @@ class WeakReport:
             weak = sum(n for (_, w), n in self.pairs.items() if w == cat)
             hit = self.pairs.get((cat, cat), 0)
             out[cat] = {"real": real, "weak": weak, "recall": hit / real if real else float("nan"),
-                             "precision": hit / weak if weak else float("nan")}
+                        "precision": hit / weak if weak else float("nan")}
         return out
 
 
@@ -58,8 +59,10 @@ def weak_label(messages: Iterable[Message], label_map: LabelMap, against: bool, 
         report.reasons[(weak, why)] += 1
         _reservoir(report.samples.setdefault(str(weak), []), kept, str(weak), sample, rng,
                    (msg.where, msg.subject[:70], msg.sender[:40], why))
-        if against:
-            report.pairs[(str(explain(label_map, msg)[0]), str(weak))] += 1  # None: left out
+        if against and msg.label is None:
+            report.unlabelled += 1  # no real label to compare with: the rules would be compared with themselves
+        elif against:
+            report.pairs[(str(explain(label_map, msg)[0]), str(weak))] += 1  # "None": the map leaves it out
     return report
 
 
@@ -83,7 +86,7 @@ def format_report(report: WeakReport, against: str | None) -> list[str]:
             lines.append(f"  [{cat}] {where} | {subject} | {sender} | {why}")
     if against:
         lines.append(f"against the real labels ({against}, mapped by the same map): recall = share of a real "
-                     "category the rules gave it")
+                     f"category the rules gave it; {report.unlabelled} messages without a real label not compared")
         for cat, s in report.scores().items():
             lines.append(f"  {cat:12s} real {s['real']:6d}  weak {s['weak']:6d}  recall {s['recall']:.3f}  "
                          f"precision {s['precision']:.3f}")
