@@ -187,34 +187,20 @@ class BuildReport:
 
 
 def build_sudoku(
-    source: str | Path,
-    out_dir: str | Path,
-    *,
-    test_fraction: float = 0.1,
-    aug: int = 0,
-    limit: int | None = None,
-    num_generate: int = 1000,
-    givens: str | int | Sequence[int] = "24-26",
-    min_guesses: int = 0,
-    max_guesses: int | None = None,
-    seed: int = 0,
-    require_unique: bool = True,
-    min_rating: int = 0,
-    max_rating: int | None = None,
-    test_hardest: int = 0,
+    source: str | Path, out_dir: str | Path, *,
+    test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
+    num_generate: int = 1000, givens: str | int | Sequence[int] = "24-26",
+    min_guesses: int = 0, max_guesses: int | None = None, seed: int = 0, require_unique: bool = True,
+    min_rating: int = 0, max_rating: int | None = None, test_hardest: int = 0,
     log: Log = print,
 ) -> BuildReport:
     """Build a Sudoku store at ``out_dir`` (``train/`` and ``test/``).
 
-    ``source`` is ``"generate"`` or a puzzle file (``.csv`` Sudoku-Extreme
-    style, anything else plain text). ``limit`` caps the puzzles kept. A
-    random ``test_fraction`` of them forms the test split; each training
-    puzzle becomes a group with ``aug`` extra augmented copies.
-
-    Every puzzle is rated (solver.hardness: the guesses a propagating search needs to solve it and
-    prove it unique). Puzzles rated outside [min_rating, max_rating] are left out (counted);
-    ``test_hardest`` N holds out the N highest-rated puzzles as the test split instead of a random
-    ``test_fraction``. Each split's ratings are printed and kept (data/curriculum.DIFFICULTY_FILE).
+    ``source`` is ``"generate"`` or a puzzle file (``.csv`` Sudoku-Extreme style, anything else
+    plain text). ``limit`` caps the puzzles kept. Every puzzle is rated (solver.hardness); those
+    rated outside [min_rating, max_rating] are left out (counted). The ``test_hardest`` highest-
+    rated puzzles, else a random ``test_fraction``, form the test split; each training puzzle
+    becomes a group with ``aug`` augmented copies. Ratings are printed and kept per split.
     """
     start = time.perf_counter()  # the source "generate" means generate; any other string is a path
     _check_build_args(test_fraction, aug, limit, num_generate, seed)
@@ -228,29 +214,37 @@ def build_sudoku(
     if len(puzzles) == 0:
         _refuse_empty(report)
     puzzles, solutions, ratings = _rating_filter(puzzles, solutions, ratings, min_rating, max_rating, log)
-    test_rows, train_rows = _split_by(ratings, test_fraction, test_hardest, seed)
-    splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
-    if len(train_rows):  # test_fraction 1: a store for evaluation only
-        splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
-    rated = {"test": ratings[test_rows], "train": ratings[train_rows]}
-    for name in splits:
-        log(f"rating ({RATING}) of the {name} split: {rating_summary(rated[name])}")
+    splits, rated = _rated_splits(puzzles, solutions, ratings, test_fraction, test_hardest, aug, seed, log)
+    generated = str(source) == "generate"
     settings = {
         "source": report.source, "test_fraction": test_fraction, "aug": aug, "limit": limit,
-        "num_generate": num_generate if str(source) == "generate" else None,
-        "givens": list(parse_givens(givens)) if str(source) == "generate" else None,
+        "num_generate": num_generate if generated else None,
+        "givens": list(parse_givens(givens)) if generated else None,
         "min_guesses": min_guesses, "max_guesses": max_guesses, "seed": seed, "require_unique": require_unique,
         "min_rating": min_rating, "max_rating": max_rating, "test_hardest": test_hardest,
         "ratings": {name: rating_summary(rated[name]) for name in splits},
     }
     extras = {name: {DIFFICULTY_FILE: difficulty_sidecar(rated[name], RATING)} for name in splits}
     write_store(out_dir, splits, _store_meta(report, settings, splits), extras)
-    built = BuildReport(
-        Path(out_dir), report.source, report, len(train_rows), len(splits["train"].inputs) if len(train_rows) else 0,
-        len(test_rows), len(splits["test"].inputs), time.perf_counter() - start,
-    )
+    built = BuildReport(Path(out_dir), report.source, report, len(rated["train"]),
+                        len(splits["train"].inputs) if "train" in splits else 0, len(rated["test"]),
+                        len(splits["test"].inputs), time.perf_counter() - start)
     log(built.summary_lines()[-1])
     return built
+
+
+def _rated_splits(puzzles: np.ndarray, solutions: np.ndarray, ratings: np.ndarray, test_fraction: float,
+                  test_hardest: int, aug: int, seed: int, log: Log) -> tuple[dict[str, SplitArrays], dict]:
+    """The split arrays (train only when it has puzzles: test_fraction 1 is a store for evaluation)
+    and each split's ratings (one per group), printed."""
+    test_rows, train_rows = _split_by(ratings, test_fraction, test_hardest, seed)
+    splits = {"test": _split_arrays(puzzles[test_rows], solutions[test_rows], 0, seed)}
+    if len(train_rows):
+        splits["train"] = _split_arrays(puzzles[train_rows], solutions[train_rows], aug, seed)
+    rated = {"test": ratings[test_rows], "train": ratings[train_rows]}
+    for name in splits:
+        log(f"rating ({RATING}) of the {name} split: {rating_summary(rated[name])}")
+    return splits, rated
 
 
 def rating_summary(ratings: np.ndarray) -> str:
