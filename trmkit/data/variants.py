@@ -58,15 +58,18 @@ class Variants:
         return probs[:, back][..., self.tokens[v]]
 
 
-def vote(inputs: np.ndarray, probs: list[np.ndarray], check: Check | None) -> np.ndarray:
-    """Combine the undone probabilities of n variants (each (b, L, V)) into answers (b, L)."""
+def vote(inputs: np.ndarray, probs: list[np.ndarray], check: Check | None,
+         passed: np.ndarray | None = None) -> np.ndarray:
+    """Combine the undone probabilities of n variants (each (b, L, V)) into answers (b, L).
+    passed (n, b): the check's verdicts on each variant's argmax, when the caller already has them."""
     stacked = np.stack(probs)  # (n, b, L, V)
     fallback = stacked.mean(0).argmax(-1)  # (b, L)
     if check is None:
         return fallback
     answers = stacked.argmax(-1)  # (n, b, L)
     confidence = stacked.max(-1).mean(-1)  # (n, b)
-    passed = np.stack([check(inputs, a) for a in answers])  # (n, b)
+    if passed is None:
+        passed = np.stack([check(inputs, a) for a in answers])  # (n, b)
     out = fallback.copy()
     for i in range(answers.shape[1]):
         ballots: dict[bytes, tuple[int, float, int]] = {}
