@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Hard Sudoku per CPU-hour (issue 28). The shared 17-clue collection (49,158 puzzles) is rated by the
 # solver's guesses; its 1,000 highest-rated puzzles are held out (never trained on) and the rest are
-# trained on with x8 augmentation, in two arms side by side with one thread each (the same resources):
+# trained on with x8 augmentation, in arms side by side with THREADS threads each (default 1: two arms on
+# a 2-core machine get the same resources):
 #   store       the training split in shuffled epochs (no curriculum);
 #   curriculum  data.stream=curriculum: easiest 20% of the puzzles first, all of them by mid-run.
-# Held-out exact accuracy is logged every ~quarter of the run (per rating band in metrics.jsonl); at
+# Held-out exact accuracy is logged EVALS times over the run (per rating band in metrics.jsonl); at
 # the end each arm is evaluated one-shot, with more supervision steps (--steps) and with votes over
-# symmetric variants (--vote), reported apart.
+# symmetric variants (--vote at VOTE_K supervision steps), reported apart.
 # Usage: bash benchmarks/sudoku_hard.sh [OUT_DIR]        (default runs/sudoku-hard-<stamp>)
 #        MINUTES=120 CFG=configs/sudoku-laptop.yaml ARMS="store curriculum" bash benchmarks/sudoku_hard.sh
+#        MINUTES=120 ARMS=curriculum THREADS=2 EVALS=8 bash benchmarks/sudoku_hard.sh   (the issue's 2 cores)
+# STEPS=N sets train.max_steps (the lr cosine's length) when the planner's step time is known to be off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRMKIT=${TRMKIT:-.venv/bin/trmkit}
@@ -18,21 +21,25 @@ CFG=${CFG:-configs/sudoku-laptop.yaml}
 DATA=${DATA:-data/sudoku17-hard}
 SRC=${SRC:-../shared/data/sudoku/tdoku_17_clue.txt}
 ARMS=${ARMS:-"store curriculum"}
-EVAL_STEPS=${EVAL_STEPS:-4,8,16}   # the preset trains N_sup=4
+THREADS=${THREADS:-1}
+EVALS=${EVALS:-4}
+EVAL_STEPS=${EVAL_STEPS:-4,8,16,32}   # the preset trains N_sup=4
 VOTE=${VOTE:-1,2,4,8,16}
+VOTE_K=${VOTE_K:-16}
 if [ ! -d "$DATA" ]; then
   $TRMKIT data sudoku --source "$SRC" --test-hardest 1000 --aug 8 --out "$DATA"
 fi
 mkdir -p "$OUT"
-# the lr cosine should end with the budget: the planner's step time at one thread sets train.max_steps
-STEP_S=$($TRMKIT plan "$CFG" data.path="$DATA" run.threads=1 --json 2>/dev/null |
+# the lr cosine should end with the budget: the planner's step time sets train.max_steps unless STEPS is given
+STEP_S=$($TRMKIT plan "$CFG" data.path="$DATA" run.threads="$THREADS" --json 2>/dev/null |
          .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['step_seconds'])")
 read -r STEPS EVERY HALF < <(.venv/bin/python -c "
-s = $MINUTES * 60 / $STEP_S
-print(int(s), max(1, int(s / 4)), int(s * 64 / 2))")
-echo "sudoku-hard: ~$STEP_S s/step at one thread -> train.max_steps=$STEPS, evaluated every $EVERY steps"
-COMMON=(data.path="$DATA" run.threads=1 train.max_minutes="$MINUTES" train.max_steps="$STEPS"
-        train.eval_every="$EVERY" train.checkpoint_every=0)
+s = ${STEPS:-0} or int($MINUTES * 60 / $STEP_S)
+print(s, max(1, s // $EVALS), s * 64 // 2)")
+echo "sudoku-hard: planner ~$STEP_S s/step at $THREADS thread(s); train.max_steps=$STEPS, evaluated every $EVERY steps"
+COMMON=(data.path="$DATA" run.threads="$THREADS" train.max_minutes="$MINUTES" train.max_steps="$STEPS"
+        train.eval_every="$EVERY" train.checkpoint_every="$EVERY" train.checkpoint_minutes=0
+        train.keep_checkpoints="$EVALS")
 pids=()
 for arm in $ARMS; do
   extra=()
@@ -41,23 +48,24 @@ for arm in $ARMS; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-# test-time compute, each arm on its own thread: more supervision steps; votes at the trained N_sup
+# test-time compute, each arm on its own threads: more supervision steps; votes at VOTE_K steps
 pids=()
 for arm in $ARMS; do
-  ( $TRMKIT eval "$OUT/$arm" run.threads=1 --steps "$EVAL_STEPS" > "$OUT/$arm/steps.json" 2> "$OUT/$arm/steps.log"
-    $TRMKIT eval "$OUT/$arm" run.threads=1 --vote "$VOTE" > "$OUT/$arm/vote.json" 2> "$OUT/$arm/vote.log" ) &
+  ( $TRMKIT eval "$OUT/$arm" run.threads="$THREADS" --steps "$EVAL_STEPS" > "$OUT/$arm/steps.json" 2> "$OUT/$arm/steps.log"
+    $TRMKIT eval "$OUT/$arm" run.threads="$THREADS" --steps "$VOTE_K" --vote "$VOTE" > "$OUT/$arm/vote.json" \
+      2> "$OUT/$arm/vote.log" ) &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-.venv/bin/python - "$OUT" $ARMS <<'PY'
+.venv/bin/python - "$OUT" "$VOTE_K" $ARMS <<'PY'
 import json, sys
 from pathlib import Path
-out, arms = Path(sys.argv[1]), sys.argv[2:]
+out, vote_k, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 print(f"held out: the 1,000 highest-rated 17-clue puzzles; exact accuracy ({out})")
 for arm in arms:
     for k, m in json.loads((out / arm / "steps.json").read_text())["steps"].items():
         bands = ", ".join(f"{b.split('/')[1]} {v:.3f}" for b, v in m.items() if b.startswith("exact_by_rating/"))
         print(f"{arm:10s} one-shot, K={k:>3} supervision steps: {m['exact_accuracy']:.3f} ({m['seconds']:.0f} s) [{bands}]")
     for n, v in json.loads((out / arm / "vote.json").read_text())["vote"].items():
-        print(f"{arm:10s} vote over {n:>2} variants (trained K): {v['exact_accuracy']:.3f} ({v['seconds']:.0f} s)")
+        print(f"{arm:10s} vote over {n:>2} variants (K={vote_k}): {v['exact_accuracy']:.3f} ({v['seconds']:.0f} s)")
 PY

@@ -177,6 +177,9 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                                                 "run.threads=1 run.dtype=float32")
     p.add_argument("--data", default=None, help="dataset directory (default: the run's data.path)")
     p.add_argument("--limit", type=int, default=None, help="evaluate at most N test examples")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
+                   help="evaluate the run's checkpoint of STEP (its EMA weights) instead of its final weights, "
+                        "e.g. a point of a learning curve (RUN_DIR/checkpoints/step-STEP)")
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the evaluation may use: 2GB, 2GiB, 512MB (overrides run.memory_budget)")
     p.add_argument("--steps", default=None, metavar="K[,K...]",
@@ -205,13 +208,15 @@ def _run_eval(args: argparse.Namespace) -> int:
     steps = testtime.parse_steps(args.steps)
     session = prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(),
                       evaluate_only=True, **_task_hooks(cfg, stderr))
-    evaluate.load_weights(session, run_dir)
+    evaluate.load_weights(session, run_dir, args.checkpoint)
     variants = _variants(cfg, session, max(counts), stderr) if counts else None
     with session.run.meter.phase("eval"):
-        result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts)
+        result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts,
+                                        keep=args.checkpoint is None)
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=stderr)
+    result["weights"] = f"checkpoint step {args.checkpoint}" if args.checkpoint is not None else "final"
     result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
     result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
     result["memory"] = memory

@@ -128,6 +128,29 @@ def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger
     assert refused.returncode == 2 and "a maze has 8 symmetries" in refused.stderr, refused.stderr
 
 
+def test_eval_of_a_checkpoint_reads_its_ema_weights_and_keeps_the_final_curve(root):
+    run = root / "whole"  # checkpoints of its last 3 steps are kept (CONV)
+    if not (run / "weights.safetensors").exists():
+        pytest.skip("needs the trained run of the resume test")
+    steps = sorted(load_step(p) for p in list_checkpoints(run))
+
+    def loss(*extra):
+        out = cli("eval", str(run), "run.threads=1", "--steps", "1,2", *extra)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        return result["weights"], [result["steps"][k]["loss"] for k in ("1", "2")]
+
+    final = loss()
+    curve = (run / "eval_steps.json").read_bytes()  # the report's curve: the final weights'
+    last, older = loss("--checkpoint", str(steps[-1])), loss("--checkpoint", str(steps[0]))
+    assert final[0] == "final" and last[0] == f"checkpoint step {steps[-1]}"
+    assert last[1] == final[1]  # the final weights are the last checkpoint's EMA weights
+    assert older[1] != final[1]  # an earlier checkpoint is other weights
+    assert (run / "eval_steps.json").read_bytes() == curve  # a checkpoint's evaluation leaves it alone
+    missing = cli("eval", str(run), "--checkpoint", "1")
+    assert missing.returncode == 2 and f"no checkpoint of step 1 (kept: {', '.join(map(str, steps))})" in missing.stderr
+
+
 def test_a_model_with_positions_is_refused_on_another_grid_size(root):
     run = root / "att"
     done = cli("train", str(root / "attention.yaml"), f"run.dir={run}", f"data.path={root / 'm7'}")

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from trmkit import hardware, rundir
+from trmkit.config import ConfigError
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
@@ -170,10 +171,29 @@ def _evaluate_here(s: Session, batches, log: Log, split: Split) -> dict[str, flo
     return result
 
 
-def load_weights(s: Session, run_dir: str | os.PathLike[str]) -> None:
-    """Load a finished run's evaluation weights into the model; EMA is dropped (they already are EMA)."""
-    rundir.load_weights(s.model, run_dir, s.ctx.device)
+def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None = None) -> None:
+    """Load a finished run's evaluation weights into the model, or with `step` those of the run's
+    checkpoint of that step (its EMA weights when the run kept an EMA); EMA is dropped after (they
+    already are EMA)."""
+    if step is None:
+        rundir.load_weights(s.model, run_dir, s.ctx.device)
+    else:
+        tensors = _checkpoint_tensors(run_dir, step)
+        state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        state.update({k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")})
+        s.model.load_state_dict(state)
     s.opts.ema = None
+
+
+def _checkpoint_tensors(run_dir: str | os.PathLike[str], step: int) -> dict[str, torch.Tensor]:
+    """The tensors of RUN_DIR's checkpoint of `step`, verified; an error that lists the kept steps."""
+    from trmkit.train import checkpoint
+
+    kept = {int(path.name.split("-")[1]): path for path in checkpoint.list_checkpoints(run_dir)}
+    if step not in kept:
+        raise ConfigError(f"{run_dir}: no checkpoint of step {step} (kept: {', '.join(map(str, kept)) or 'none'}); "
+                          "train.checkpoint_every and train.keep_checkpoints decide which are kept")
+    return checkpoint.load_checkpoint(kept[step]).tensors
 
 
 GENERIC_EVAL = ("cell_accuracy", "blank_accuracy", "exact_accuracy", "loss", "act_steps", "samples")

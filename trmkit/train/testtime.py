@@ -64,10 +64,11 @@ def parse_counts(text: str | None) -> list[int]:
 
 
 def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print,
-                  variants: Variants | None = None, counts: list[int] | None = None) -> dict:
+                  variants: Variants | None = None, counts: list[int] | None = None, keep: bool = True) -> dict:
     """The evaluation with N_sup = K supervision steps per example, and with `counts` the vote over
     that many variants at each K (under "vote": {n: metrics}). One K -> its metrics (and "steps": K);
-    several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json."""
+    several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json for the
+    report when `keep` (the final weights' curve; not a checkpoint's)."""
     trained, curve = s.model.cfg, {}
     try:
         for k in steps or [trained.halt_max_steps]:
@@ -83,10 +84,11 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
     if len(steps) <= 1:
         only = next(iter(curve.values()))
         return {**only, "steps": steps[0]} if steps else only
-    path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
-    kept = json.loads(path.read_text()) if path.is_file() else {}
-    kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
-    files.write_json(path, kept)
+    if keep:
+        path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
+        kept = json.loads(path.read_text()) if path.is_file() else {}
+        kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
+        files.write_json(path, kept)
     return {"steps": curve, "trained_steps": trained.halt_max_steps}
 
 
