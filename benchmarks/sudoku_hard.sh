@@ -7,7 +7,9 @@
 #   curriculum  data.stream=curriculum: easiest 20% of the puzzles first, all of them by mid-run.
 # Held-out exact accuracy is logged EVALS times over the run (per rating band in metrics.jsonl); at
 # the end each arm is evaluated one-shot, with more supervision steps (--steps) and with votes over
-# symmetric variants (--vote at VOTE_K supervision steps), reported apart.
+# symmetric variants (--vote at VOTE_K supervision steps), reported apart; then every kept checkpoint
+# (one per evaluation) at VOTE_K steps, one-shot and with a vote of SNAP_VOTE (the curve over time
+# with test-time compute; ~3 min each on 2 threads).
 # Usage: bash benchmarks/sudoku_hard.sh [OUT_DIR]        (default runs/sudoku-hard-<stamp>)
 #        MINUTES=120 CFG=configs/sudoku-laptop.yaml ARMS="store curriculum" bash benchmarks/sudoku_hard.sh
 #        MINUTES=120 ARMS=curriculum THREADS=2 EVALS=8 bash benchmarks/sudoku_hard.sh   (the issue's 2 cores)
@@ -57,6 +59,18 @@ for arm in $ARMS; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+# the curve with test-time compute: each kept checkpoint (one per evaluation) at VOTE_K steps, one-shot
+# and with a vote of SNAP_VOTE variants; SNAP_VOTE=0 skips it
+SNAP_VOTE=${SNAP_VOTE:-16}
+if [ "$SNAP_VOTE" != 0 ]; then
+  for arm in $ARMS; do
+    for ckpt in "$OUT/$arm"/checkpoints/step-*; do
+      step=$((10#${ckpt##*step-}))
+      $TRMKIT eval "$OUT/$arm" run.threads="$THREADS" --checkpoint "$step" --steps "$VOTE_K" --vote "1,$SNAP_VOTE" \
+        > "$OUT/$arm/snapshot-$step.json" 2> "$OUT/$arm/snapshot-$step.log"
+    done
+  done
+fi
 .venv/bin/python - "$OUT" "$VOTE_K" $ARMS <<'PY'
 import json, sys
 from pathlib import Path
@@ -68,4 +82,12 @@ for arm in arms:
         print(f"{arm:10s} one-shot, K={k:>3} supervision steps: {m['exact_accuracy']:.3f} ({m['seconds']:.0f} s) [{bands}]")
     for n, v in json.loads((out / arm / "vote.json").read_text())["vote"].items():
         print(f"{arm:10s} vote over {n:>2} variants (K={vote_k}): {v['exact_accuracy']:.3f} ({v['seconds']:.0f} s)")
+    evals = {r["step"]: r for r in map(json.loads, (out / arm / "metrics.jsonl").read_text().splitlines())
+             if "eval/exact_accuracy" in r}
+    for snap in sorted(out.glob(f"{arm}/snapshot-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        step, r = int(snap.stem.split("-")[1]), json.loads(snap.read_text())
+        minutes = evals[step]["wall"] / 60  # since the run began: training, its evaluations, compile
+        votes = ", ".join(f"vote {n}: {v['exact_accuracy']:.3f}" for n, v in r["vote"].items() if n != "1")
+        print(f"{arm:10s} step {step:>6} ({minutes:.0f} min): one-shot K=4 {evals[step]['eval/exact_accuracy']:.3f}, "
+              f"K={vote_k} {r['exact_accuracy']:.3f}, {votes}")
 PY
