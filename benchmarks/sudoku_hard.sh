@@ -65,6 +65,7 @@ SNAP_VOTE=${SNAP_VOTE:-16}
 if [ "$SNAP_VOTE" != 0 ]; then
   for arm in $ARMS; do
     for ckpt in "$OUT/$arm"/checkpoints/step-*; do
+      [ -d "$ckpt" ] || continue  # no checkpoint kept: the glob stays as written
       step=$((10#${ckpt##*step-}))
       $TRMKIT eval "$OUT/$arm" run.threads="$THREADS" --checkpoint "$step" --steps "$VOTE_K" --vote "1,$SNAP_VOTE" \
         > "$OUT/$arm/snapshot-$step.json" 2> "$OUT/$arm/snapshot-$step.log"
