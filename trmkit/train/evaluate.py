@@ -33,6 +33,7 @@ from trmkit.config import ConfigError
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
+from trmkit.train import checkpoint
 from trmkit.train import distributed as dist_mod
 from trmkit.train.optim import ema_weights
 from trmkit.train.scorer import NeedsLogits, SavesAnswers, Scorer
@@ -187,9 +188,7 @@ def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None =
 
 def _checkpoint_tensors(run_dir: str | os.PathLike[str], step: int) -> dict[str, torch.Tensor]:
     """The tensors of RUN_DIR's checkpoint of `step`, verified; an error that lists the kept steps."""
-    from trmkit.train import checkpoint
-
-    kept = {int(path.name.split("-")[1]): path for path in checkpoint.list_checkpoints(run_dir)}
+    kept = {checkpoint.step_of(path): path for path in checkpoint.list_checkpoints(run_dir)}
     if step not in kept:
         raise ConfigError(f"{run_dir}: no checkpoint of step {step} (kept: {', '.join(map(str, kept)) or 'none'}); "
                           "train.checkpoint_every and train.keep_checkpoints decide which are kept")

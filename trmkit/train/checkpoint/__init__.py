@@ -55,10 +55,11 @@ from trmkit.train.checkpoint.store import (
     load_checkpoint,
     load_latest,
     save_checkpoint,
+    step_of,
 )
 
 __all__ = [
     "CheckpointError", "CorruptCheckpointError", "LoadedCheckpoint", "best_checkpoint", "check_config",
     "checkpoints_dir", "config_hash", "diff_configs", "list_checkpoints", "load_checkpoint", "load_latest",
-    "restore_rng", "rng_state", "save_checkpoint", "with_new_defaults",
+    "restore_rng", "rng_state", "save_checkpoint", "step_of", "with_new_defaults",
 ]

@@ -49,7 +49,8 @@ def checkpoints_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / rundir.CHECKPOINTS
 
 
-def _step_of(path: Path) -> int | None:
+def step_of(path: Path) -> int | None:
+    """The step of a checkpoint directory from its name (step-00001200 -> 1200); None for other names."""
     match = _STEP_RE.match(path.name)
     return int(match.group(1)) if match else None
 
@@ -59,8 +60,8 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     root = checkpoints_dir(run_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None]
-    return sorted(found, key=lambda p: _step_of(p))
+    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
+    return sorted(found, key=lambda p: step_of(p))
 
 
 def best_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -214,7 +215,7 @@ def save_checkpoint(
             shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(e, root, step, needed, keep_last) from e
     for later in list_checkpoints(run_dir):
-        if _step_of(later) > step:
+        if step_of(later) > step:
             _move_aside(later, log, f"it is newer than step {step}, from a run that was resumed earlier")
     _rotate(run_dir, final, keep_last, best_metric, best_mode, log)
     return final
@@ -254,7 +255,7 @@ def _rotate(
         best = _find_best(paths, best_metric, best_mode)
         if best is not None:
             keep.add(best[0])
-            record = {"name": best[0].name, "step": _step_of(best[0]), "metric": best_metric,
+            record = {"name": best[0].name, "step": step_of(best[0]), "metric": best_metric,
                       "value": best[1], "mode": best_mode}
             try:
                 files.write_json(checkpoints_dir(run_dir) / rundir.BEST, record)
@@ -285,7 +286,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if hashlib.sha256(canonical_json(body).encode()).hexdigest() != meta["meta_sha256"]:
         raise CorruptCheckpointError(f"{meta_path}: content does not match its meta_sha256 "
                                      "(file was altered or damaged)")
-    if meta.get("step") != _step_of(path):
+    if meta.get("step") != step_of(path):
         raise CorruptCheckpointError(f"{meta_path}: says step {meta.get('step')} but the directory is {path.name}")
     return meta
 
