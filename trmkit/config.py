@@ -136,12 +136,16 @@ class DataConfig:
     curriculum_samples: int = 0  # stream=generate: samples over which the task's generator ramps from easy
     #                              to the store's difficulty (0: the store's difficulty from the first sample);
     #                              stream=curriculum: samples over which the pool grows to every training group
+    easy_share: float = 0.5  # stream=generate: the share of easier examples the generator mixes in (a maze with
+    #                          a path of t..t+2 steps, t uniform up to the store's hardness); the rest are as hard
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
             raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
         if self.curriculum_samples < 0:
             raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
+        if not 0.0 <= self.easy_share <= 1.0:
+            raise ConfigError(f"data.easy_share={self.easy_share}: give a share between 0 and 1 (0.5: half easier)")
         if self.stream == "curriculum" and not self.curriculum_samples:
             raise ConfigError("data.stream=curriculum needs data.curriculum_samples > 0: the samples over which "
                               "training moves from the easiest groups to all of them")

@@ -15,6 +15,7 @@ import torch
 
 from tests import SAFETY_TIMEOUT
 from trmkit import procs
+from trmkit.config import ConfigError, DataConfig
 from trmkit.data.generated import GeneratedStream
 from trmkit.data.store import open_split
 from trmkit.tasks import maze
@@ -64,6 +65,21 @@ def test_the_generated_stream_is_a_function_of_seed_and_index(root):
     assert not np.array_equal(GeneratedStream(maze.MazeSampler(meta), seed=6).take(12).inputs, first.inputs)
     for q, ans in zip(first.inputs, first.labels):  # every generated maze is a valid one
         maze.check_answer(q.reshape(7, 7), ans.reshape(7, 7))
+
+def test_easy_share_sets_how_many_generated_mazes_are_easier(root):
+    meta = open_split(root / "m11" / "test").meta
+    hardness = maze.MazeSampler(meta).hardness
+
+    def short_paths(share: float) -> int:
+        batch = GeneratedStream(maze.MazeSampler(meta, easy_share=share), seed=3).take(100)
+        return int(sum((a == maze.PATH).sum() + 1 < hardness for a in batch.labels))  # path steps = cells + 1
+
+    assert short_paths(0.0) == 0  # every maze as hard as the store's
+    assert short_paths(1.0) >= 60  # most easier (t drawn near the hardness can reach it)
+    assert 20 <= short_paths(0.5) <= 55
+    with pytest.raises(ConfigError, match="easy_share"):
+        DataConfig(easy_share=1.5)
+
 
 
 def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():

@@ -26,7 +26,7 @@ import torch
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
-from trmkit.data.store import Split, StoreMeta, open_split
+from trmkit.data.store import Split, open_split
 from trmkit.data.curriculum import RatedSampler
 from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.stream import SampleStream
@@ -350,7 +350,7 @@ def given_tokens(cfg: Config, data: Data, log: Log) -> torch.Tensor | None:
     return torch.tensor(meta.given_tokens, dtype=torch.int64)
 
 
-def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[[StoreMeta], Sampler] | None,
+def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[..., Sampler] | None,
                     log: Log) -> SampleStream | GeneratedStream:
     """The store's training split; with data.stream=curriculum the same split easiest-first (data/curriculum.py);
     with data.stream=generate the task's generator."""
@@ -369,7 +369,8 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[[St
     if sampler is None:
         raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "
                           "set data.stream=store")
-    stream = GeneratedStream(sampler(meta), cfg.run.seed, world.rank, world.size, cfg.data.curriculum_samples)
+    stream = GeneratedStream(sampler(meta, easy_share=cfg.data.easy_share), cfg.run.seed, world.rank, world.size,
+                             cfg.data.curriculum_samples)
     ramp = (f"a curriculum over {cfg.data.curriculum_samples:,} samples: {stream.describe(0.0)} -> "
             f"{stream.describe(1.0)}" if cfg.data.curriculum_samples else stream.describe(1.0))
     log(f"data: stream=generate -> every training sample fresh from the {meta.task} generator (seed "
@@ -381,7 +382,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             meter: PeakMeter | None = None,
             scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
             objective: Objective | None = None, world: World = SINGLE,
-            sampler: Callable[[StoreMeta], Sampler] | None = None) -> Session:
+            sampler: Callable[..., Sampler] | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -390,7 +391,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
     the global batch, each process holds its share of the slots.
-    sampler: the task's generator (data.stream=generate): store meta -> one example at a difficulty."""
+    sampler: the task's generator (data.stream=generate): (store meta, easy_share=) -> one example at a difficulty."""
     meter = meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "

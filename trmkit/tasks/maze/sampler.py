@@ -6,8 +6,9 @@ n x n, n going up in odd steps from the smallest stage to N (9 -> 11 -> 13 -> 15
 canvas), drawn inside the canvas at a random place with walls around it (walls are given cells:
 no loss with train.mask_given, and a convolution sees no positions, so a 9 x 9 maze in a corner
 is simply a 9 x 9 maze). Its shortest path is at least the stage's hardness, Maze-Hard's 110 on
-30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), half the mazes are
-easier, with a path of t..t+2 steps for t uniform up to that hardness. Each maze gets a random
+30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), a share of the mazes
+(data.easy_share, half by default) is easier, with a path of t..t+2 steps for t uniform up to that
+hardness. Each maze gets a random
 symmetry of the square. The stream (data/generated.py) gives each sample its own seeded random
 generator, so a run resumes exactly.
 """
@@ -26,8 +27,9 @@ SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
 class MazeSampler:
     """One maze at curriculum position `progress` in [0, 1]: the sampler data.stream=generate uses."""
 
-    def __init__(self, meta: StoreMeta) -> None:
+    def __init__(self, meta: StoreMeta, easy_share: float = 0.5) -> None:
         build = meta.build
+        self.easy_share = float(easy_share)
         self.canvas = int((meta.grid_shape or (build["size"],))[0])
         self.loops = float(build.get("loops", 0.1))
         self.hardness = int(build.get("min_path") or default_min_path(self.canvas))
@@ -42,13 +44,13 @@ class MazeSampler:
 
     def describe(self, progress: float) -> str:
         n = self.size_at(progress)
-        return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, half easier) in the "
+        return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, {self.easy_share:.0%} easier) in the "
                 f"{self.canvas} x {self.canvas} grid")
 
     def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
         n = self.size_at(progress)
         hard = self.min_path_at(n)
-        if rng.random() < 0.5:  # the easier half: a path of t..t+2 steps
+        if rng.random() < self.easy_share:  # an easier maze: a path of t..t+2 steps
             low = int(rng.integers(2, hard + 1))
             question, answer, _ = generate_maze(n, rng, self.loops, low, max_path=low + 2)
         else:
