@@ -97,7 +97,7 @@ def reference_step_fn(ref: Path, batch: int, dtype: str, compile_model: bool):
     return step
 
 
-def trmkit_step_fn(batch: int, dtype: str, compile_model: bool):
+def trmkit_step_fn(batch: int, dtype: str, compile_model: bool, overrides: list[str] | None = None):
     sys.path.insert(0, str(ROOT))
     from trmkit import config as config_mod
     from trmkit.bench.session import bench_settings, build_session
@@ -106,7 +106,8 @@ def trmkit_step_fn(batch: int, dtype: str, compile_model: bool):
     cfg = config_mod.load(ROOT / "configs" / "sudoku-paper.yaml", [
         f"train.batch_size={batch}", f"train.micro_batch={batch}", f"run.dtype={dtype}",
         f"run.compile={'on' if compile_model else 'off'}", "run.grad_checkpointing=off", "data.path=",
-        f"model.vocab_size={VOCAB}", f"model.seq_len={SEQ}", f"model.num_puzzle_ids={PUZZLE_IDS}"])
+        f"model.vocab_size={VOCAB}", f"model.seq_len={SEQ}", f"model.num_puzzle_ids={PUZZLE_IDS}",
+        *(overrides or [])])
     s = build_session(cfg, bench_settings(cfg), compile_target="model")
 
     def step():
@@ -125,7 +126,7 @@ def worker(args) -> None:
         from trmkit.hardware.allocator import keep_freed_memory
         keep_freed_memory()  # what trmkit's planner sets for itself (run.keep_freed_memory=auto, glibc)
     step = (reference_step_fn(Path(args.reference), args.batch, args.dtype, args.compile) if args.worker == "reference"
-            else trmkit_step_fn(args.batch, args.dtype, args.compile))
+            else trmkit_step_fn(args.batch, args.dtype, args.compile, args.trmkit))
     for _ in range(args.warmup):
         step()
     times = []
@@ -145,7 +146,7 @@ def interleaved(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    ours = trmkit_step_fn(args.batch, args.dtype, args.compile)
+    ours = trmkit_step_fn(args.batch, args.dtype, args.compile, args.trmkit)
     ref = reference_step_fn(Path(args.reference), args.batch, args.dtype, args.compile)
     for _ in range(args.warmup):
         ref(), ours()
@@ -174,7 +175,8 @@ def measure(side: str, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, "--reference", args.reference, "--batch", str(args.batch),
            "--dtype", args.dtype, "--threads", str(args.threads), "--steps", str(args.steps),
            "--warmup", str(args.warmup)] + (["--compile"] if args.compile else []) \
-        + (["--reference-keeps-freed-memory"] if args.reference_keeps_freed_memory else [])
+        + (["--reference-keeps-freed-memory"] if args.reference_keeps_freed_memory else []) \
+        + [f"--trmkit={o}" for o in args.trmkit]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -198,6 +200,8 @@ def main() -> None:
     ap.add_argument("--reference-keeps-freed-memory", action="store_true",
                     help="fresh processes: give the reference's process trmkit's glibc setting too "
                          "(keep_freed_memory), as --same-process does")
+    ap.add_argument("--trmkit", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for trmkit's side, e.g. --trmkit run.fused_inference=on (repeatable)")
     ap.add_argument("--worker", choices=["reference", "trmkit"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

@@ -15,8 +15,8 @@ from trmkit.hardware import cpu as hw_cpu
 from trmkit.hardware import thermal as hw_thermal
 from trmkit.hardware.cgroups import (find_cgroups, parse_cfs_quota, parse_cgroup_mounts, parse_cpu_max,
                                      parse_memory_limit, read_cgroup_memory, read_cpu_quota)
-from trmkit.hardware.cpu import (effective_cores, features_from_flags, parse_cpuinfo_flags, parse_cpuinfo_model,
-                                 probe_cpu)
+from trmkit.hardware.cpu import (effective_cores, features_from_flags, native_bf16, parse_cpuinfo_flags,
+                                 parse_cpuinfo_model, probe_cpu)
 from trmkit.hardware.info import (CgroupMemory, CgroupPaths, HardwareInfo, MemorySample, PlatformInfo,
                                   ThermalSample, ThermalSensor, TorchInfo)
 from trmkit.hardware.memory import (effective_available, effective_limit, parse_pressure, probe_memory,
@@ -245,6 +245,21 @@ def test_cpuinfo_x86_flags():
     f = features_from_flags(parse_cpuinfo_flags(X86_CPUINFO), "x86_64")
     assert (f.avx2, f.avx512f, f.avx512_bf16, f.amx_bf16, f.amx_tile) == (True,) * 5
     assert (f.neon, f.arm_bf16, f.source) == (False, False, "/proc/cpuinfo")
+
+
+def test_bf16_is_native_only_where_torch_kernels_and_onednn_may_use_it(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    xeon = features_from_flags(parse_cpuinfo_flags(X86_CPUINFO), "x86_64")
+    assert native_bf16(xeon, kernels="AVX512")
+    assert not native_bf16(xeon, kernels="AVX2")  # ATEN_CPU_CAPABILITY=avx2: the kernels emulate bf16
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not native_bf16(xeon, kernels="AVX512")  # oneDNN's matmuls capped below its bf16 ISA
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    assert native_bf16(xeon, kernels="AVX512")
+    plain = features_from_flags("fpu avx avx2 fma".split(), "x86_64")
+    assert not native_bf16(plain, kernels="AVX512")
+    assert native_bf16(features_from_flags(parse_cpuinfo_flags(ARM_CPUINFO), "aarch64"), kernels="DEFAULT")
 
 
 def test_cpuinfo_arm_and_plain_avx2():

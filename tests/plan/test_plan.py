@@ -10,6 +10,7 @@ import torch
 
 from trmkit import config, hardware, plan
 from trmkit.config import Config, ConfigError, ModelConfig, RunConfig, TrainConfig
+from trmkit.hardware import cpu as cpu_mod
 from trmkit.hardware.allocator import KEEP_TRIM_THRESHOLD
 from trmkit.model.layers import Network, rotary_tables
 from trmkit.model.losses import act_loss
@@ -18,6 +19,16 @@ from trmkit.bench.memory import measure_real_step
 from trmkit.plan import cache, calibrate, choose, device, measure, memory_model
 
 MiB, GiB = 1 << 20, 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def kernels_match_the_features(monkeypatch):
+    """These tests set the CPU's features themselves: torch's kernels are taken to use them
+    (hardware.cpu.native_bf16 also asks torch, which on an AVX2 machine would say no)."""
+    monkeypatch.setattr(cpu_mod, "torch_kernels", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+
 SUDOKU = dict(vocab_size=11, seq_len=81, num_puzzle_ids=1)
 
 # One real train_step (the second one, so Adam's m and v exist during backward) in a fresh
@@ -381,16 +392,21 @@ def test_a_run_that_measured_more_raises_the_next_plans_estimate_and_narrows_the
 
 def test_fused_inference_is_chosen_for_bf16_on_the_cpu_without_compile(monkeypatch):
     fused = choose.choose_fused_inference
-    monkeypatch.setattr(choose, "fused_inference_works", lambda: "")
+    probed = []
+    monkeypatch.setattr(choose, "fused_inference_works", lambda dtype: probed.append(dtype) or "")
     assert fused("auto", "cpu", "bfloat16", compiled=False).value is True
     assert "epilogue" in fused("auto", "cpu", "bfloat16", compiled=False).reason
     assert fused("on", "cpu", "bfloat16", compiled=False).value is True
     assert fused("off", "cpu", "bfloat16", compiled=False).value is False
-    for where, dtype in (("cpu", "float32"), ("cuda", "bfloat16")):
+    for where, dtype in (("cuda", "bfloat16"), ("cpu", "float16")):
         off = fused("on", where, dtype, compiled=False)
         assert off.value is False and f"{dtype} on {where}" in off.reason
+    assert probed == [torch.bfloat16] * 3
+    auto32 = fused("auto", "cpu", "float32", compiled=False)  # no gain measured on AVX2: opt-in
+    assert auto32.value is False and "fused_ab" in auto32.reason
+    assert fused("on", "cpu", "float32", compiled=False).value is True and probed[-1] == torch.float32
     assert "compile" in fused("auto", "cpu", "bfloat16", compiled=True).reason
-    monkeypatch.setattr(choose, "fused_inference_works", lambda: "oneDNN's fused matmul is not available")
+    monkeypatch.setattr(choose, "fused_inference_works", lambda dtype: "oneDNN's fused matmul is not available")
     broken = fused("auto", "cpu", "bfloat16", compiled=False)
     assert broken.value is False and "not available" in broken.reason
 

@@ -1,10 +1,13 @@
 """Memory per batch slot, measured in fresh processes.
 
-Peak RSS of two fresh subprocesses (two training steps at batch B/2 and at B,
-same config and threads; the second step runs with the optimizer state
-allocated) -> (peak_B - peak_B/2) / (B/2). Fresh processes because a process's
-peak RSS cannot be reset portably and the allocator keeps freed pages; the
-fixed part (torch, weights, optimizer state) is the same in both and cancels.
+Peak RSS after one training step at batch B/2 and at B, same config and threads
+-> (peak_B - peak_B/2) / (B/2): B/2 in a fresh subprocess, B in a fresh one too or
+(`trmkit bench`, after a warm-up) the bench's own process. Fresh processes because
+a process's peak RSS cannot be reset portably and the allocator keeps freed
+pages; the fixed part (torch, weights, gradients, optimizer state) is the same
+in both and cancels, so one step is enough: a second one (the optimizer state
+then allocated during backward) would add fixed bytes only, and time (issue 29:
+a 7-step bench of the paper config spent a quarter of its wall time here).
 """
 
 from __future__ import annotations
@@ -63,15 +66,19 @@ def per_slot_mb(peak_small: int, peak_big: int, small: int, big: int) -> float:
     return (peak_big - peak_small) / (big - small) / MB
 
 
-def memory_per_slot(cfg: Config, threads: int, compile_target: str = "net") -> dict[str, Any]:
-    """MB per batch slot from fresh processes at B/2 and B slots (B at least 2)."""
+def memory_per_slot(cfg: Config, threads: int, compile_target: str = "net", peak_at_batch: int | None = None,
+                    peak_at_half: int | None = None) -> dict[str, Any]:
+    """MB per batch slot from peak RSS after one step at B/2 and at B slots (B at least 2): each
+    from a fresh process unless given (`trmkit bench` gives B/2's, measured first, and B's: its own
+    process after the warm-up step at B, one process start and one step fewer)."""
     big = max(2, cfg.train.batch_size)
     small = big // 2
-    # two steps: the second runs backward with the optimizer's state already allocated
-    peaks = {b: probe_peak_rss(cfg, b, threads, steps=2, compile_target=compile_target) for b in (small, big)}
+    peaks = {small: peak_at_half or probe_peak_rss(cfg, small, threads, steps=1, compile_target=compile_target),
+             big: peak_at_batch or probe_peak_rss(cfg, big, threads, steps=1, compile_target=compile_target)}
+    where = "the measuring process after its warm-up" if peak_at_batch else "a fresh process"
     return {"batches": [small, big], "peak_rss_mb": [peaks[small] / MB, peaks[big] / MB],
             "mb_per_slot": per_slot_mb(peaks[small], peaks[big], small, big),
-            "method": "peak RSS of fresh processes, two steps each: (peak_B - peak_B/2) / (B/2)"}
+            "method": f"peak RSS after one step: a fresh process at B/2, {where} at B: (peak_B - peak_B/2) / (B/2)"}
 
 
 _REAL_STEP = r"""

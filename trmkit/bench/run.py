@@ -10,7 +10,7 @@ import torch
 
 from trmkit import hardware
 from trmkit.bench.flops import flops_per_sample, model_gemms
-from trmkit.bench.memory import MB, memory_per_slot
+from trmkit.bench.memory import MB, memory_per_slot, peak_rss_bytes, probe_peak_rss
 from trmkit.bench.peak import gemm_ceiling, machine_peak, peak_dtypes
 from trmkit.bench.results import assemble
 from trmkit.bench.session import BenchSession, bench_settings, build_session, resolve, timed_steps
@@ -33,7 +33,7 @@ class BenchOptions:
     warmup: int = 2  # untimed steps first (torch.compile compiles here)
     peak_sizes: tuple[int, ...] = (1024, 2048)  # square matmuls of the peak samples
     peak_seconds: float = 0.5  # per size and dtype, per sample (best of 3 reps)
-    gemm_seconds: float = 0.3  # per model-shaped GEMM (0 = skip the GEMM ceiling)
+    gemm_seconds: float = 0.15  # per model-shaped GEMM (0 = skip the GEMM ceiling)
     memory: bool = True  # measure MB per slot in two fresh subprocesses
     cache_dir: str | None = None  # the planner's measurement cache (its learned calibration)
     compile_target: str = "net"  # with run.compile=on: "net" (model.net) or "model"
@@ -96,16 +96,15 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
                  f"keep_freed_memory={settings['keep_freed_memory']} ({settings['keep_freed_memory_reason']})",
                  f"fused_inference={settings['fused_inference']} ({settings['fused_inference_reason']})"):
         log(f"bench: {line}")
-    mem = None
-    if opts.memory:  # first, so the probe processes do not share RAM with this one's batch
-        log(f"bench: memory probe (fresh processes at batch {max(2, cfg.train.batch_size) // 2} "
-            f"and {max(2, cfg.train.batch_size)})")
-        mem = memory_per_slot(resolve(cfg)[0], settings["threads"], opts.compile_target)
+    half = None
+    if opts.memory:  # first, so the probe process does not share RAM with this one's batch
+        half = memory_probe(cfg, settings, opts, log)
     s = build_session(cfg, settings, opts.compile_target)
     warm = timed_steps(s, opts.warmup, log, "warm-up")
+    mem = half(peak_rss_bytes() if opts.warmup else None) if half else None
     dtypes = peak_dtypes(settings["dtype"], native_bf16(hardware.probe().cpu.features), opts.all_peaks)
-    log(f"bench: timed steps, each followed by a matmul peak sample (square {opts.peak_sizes}, "
-        f"{opts.peak_seconds:.1f} s per size, {' and '.join(dtypes)}"
+    log(f"bench: timed steps, each followed by a matmul peak sample (square {opts.peak_sizes} before the first, "
+        f"then the fastest of them, {opts.peak_seconds:.1f} s per size, {' and '.join(dtypes)}"
         + ("" if len(dtypes) > 1 else ": this CPU has no native bf16, its peak is not sampled (--all-peaks)") + ")")
     times, peaks = steps_with_peaks(s, opts.steps, opts.peak_sizes, opts.peak_seconds, log, dtypes)
     ceiling = None
@@ -120,18 +119,34 @@ def _run_bench(cfg: Config, opts: BenchOptions, log: Log) -> dict[str, Any]:
     return result
 
 
+def memory_probe(cfg: Config, settings: dict, opts: BenchOptions, log: Log) -> Callable[[int | None], dict]:
+    """MB per slot (bench/memory.py): the fresh process at B/2 runs now; the peak at B is this
+    process's after its warm-up (given to the returned function), or a fresh one's without a warm-up."""
+    big = max(2, cfg.train.batch_size)
+    where = "this process after its warm-up" if opts.warmup else "a fresh process"
+    log(f"bench: memory probe (a fresh process at batch {big // 2}, {where} at {big})")
+    resolved = resolve(cfg)[0]
+    small = probe_peak_rss(resolved, big // 2, settings["threads"], steps=1, compile_target=opts.compile_target)
+    return lambda peak_big: memory_per_slot(resolved, settings["threads"], opts.compile_target,
+                                            peak_at_batch=peak_big, peak_at_half=small)
+
+
 def steps_with_peaks(s: BenchSession, steps: int, peak_sizes: tuple[int, ...], peak_seconds: float,
                      log: Log, dtypes: tuple[str, ...]) -> tuple[list[float], list[dict[str, float]]]:
     """Timed steps with a matmul-peak sample before the first step and after each one.
 
     More samples make it likelier that one lands in a quiet moment of a shared
-    machine; the samples around each step also give that step's own ratio.
+    machine; the samples around each step also give that step's own ratio. The
+    first sample tries every size; the later ones only the size that was fastest
+    for each dtype there (half the sampling time with two sizes).
     """
-    peaks = [machine_peak(peak_sizes, peak_seconds, dtypes)]
+    first = {size: machine_peak((size,), peak_seconds, dtypes) for size in peak_sizes}
+    best = {dt: max(peak_sizes, key=lambda size: first[size][dt]) for dt in dtypes}
+    peaks = [{dt: first[best[dt]][dt] for dt in dtypes}]
     times: list[float] = []
     for i in range(steps):
         times += timed_steps(s, 1)
-        peaks.append(machine_peak(peak_sizes, peak_seconds, dtypes))
+        peaks.append({dt: machine_peak((best[dt],), peak_seconds, (dt,))[dt] for dt in dtypes})
         log(f"step {i + 1}/{steps}: {times[-1]:.3f} s (peak "
             + ", ".join(f"{dt} {peaks[-1][dt]:.1f}" for dt in dtypes) + " GFLOP/s)")
     return times, peaks

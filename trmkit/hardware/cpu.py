@@ -117,7 +117,26 @@ def probe_cpu(root: str = "/", system: str | None = None, machine: str | None = 
                    affinity, quota, cores, source, features, rosetta)
 
 
-def native_bf16(features: CpuFeatures) -> bool:
-    """Whether this CPU has bf16 instructions (AVX512-BF16, AMX or ARM BF16); without them torch
-    emulates bf16 and it runs slower than float32, so it is not even measured."""
-    return bool(features.avx512_bf16 or features.amx_bf16 or features.arm_bf16)
+def native_bf16(features: CpuFeatures, kernels: str | None = None) -> bool:
+    """Whether bf16 runs natively here: the CPU has bf16 instructions (AVX512-BF16, AMX or ARM BF16)
+    and, on x86, torch's kernels may use them. Without them torch emulates bf16, slower than float32,
+    so it is not even measured. `kernels`: the vector ISA torch dispatches to (default: asked of
+    torch); kernels capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2) or oneDNN capped below its bf16
+    ISA (ONEDNN_MAX_CPU_ISA=AVX2) emulate bf16 whatever the CPU has."""
+    if features.arm_bf16:
+        return True
+    if not (features.avx512_bf16 or features.amx_bf16):
+        return False
+    kernels = torch_kernels() if kernels is None else kernels
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
+    onednn_bf16 = onednn == "ALL" or "BF16" in onednn or "AMX" in onednn
+    return (kernels is None or kernels.upper().startswith("AVX512")) and onednn_bf16
+
+
+def torch_kernels() -> str | None:
+    """The vector ISA torch's CPU kernels dispatch to ("AVX512", "AVX2", ...), None if unknown."""
+    try:
+        import torch
+        return torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError, RuntimeError):
+        return None

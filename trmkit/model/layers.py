@@ -76,9 +76,13 @@ def lowp(x: torch.Tensor) -> torch.Tensor:
 
 
 def fused_inference_applies(x: torch.Tensor) -> bool:
-    """Whether a call without gradients can take the fused path: bf16 autocast on a CPU."""
-    return (x.device.type == "cpu" and not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
-            and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+    """Whether a call without gradients can take the fused path: on a CPU, under bf16 autocast or in
+    plain float32 (no autocast)."""
+    if x.device.type != "cpu" or torch.is_grad_enabled():
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return x.dtype == torch.float32
 
 
 def swiglu_width(d: int, expansion: float) -> int:
@@ -118,9 +122,12 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
     def fused_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x + self(x) without autograd, x a contiguous (N, d) bf16 matrix: oneDNN matmuls with
-        SiLU, the product with up(x) and the residual add in their epilogues (no extra passes)."""
-        gate, up, down = self.bf16_weights()
+        """x + self(x) without autograd, x a contiguous (N, d) bf16 or float32 matrix: oneDNN matmuls
+        with SiLU, the product with up(x) and the residual add in their epilogues (no extra passes)."""
+        if x.dtype == torch.bfloat16:
+            gate, up, down = self.bf16_weights()
+        else:
+            gate, up, down = (lin.weight.detach() for lin in (self.gate, self.up, self.down))
         mkldnn = torch.ops.mkldnn
         g = mkldnn._linear_pointwise(x, gate, None, "swish", [], "")  # silu(x @ gate.T)
         p = mkldnn._linear_pointwise.binary(x, g, up, None, "mul")  # (x @ up.T) * g
@@ -218,8 +225,8 @@ class Block(nn.Module):
         return rms_norm(h + self.mlp(lowp(h)), self.eps)
 
     def forward_fused(self, h: torch.Tensor, positions) -> torch.Tensor:
-        """`forward` without autograd under bf16 autocast on a CPU (see fused_inference_applies,
-        so `lowp` gives bf16); returns bf16."""
+        """`forward` without autograd on a CPU, under bf16 autocast or in float32 (see
+        fused_inference_applies; `lowp` gives bf16 or float32); returns that dtype."""
         B, S, D = h.shape
         if self.mixer == "mlp_t":
             t = self.mix.fused_residual(lowp(h.transpose(1, 2)).view(-1, S))  # (B*D, S)
@@ -257,17 +264,19 @@ class Network(nn.Module):
         return h
 
 
-def fused_inference_works() -> str:
-    """'' if the oneDNN matmuls with fused epilogues run here and agree with the plain SwiGLU
-    (bf16 tolerance), else why not."""
+def fused_inference_works(dtype: torch.dtype = torch.bfloat16) -> str:
+    """'' if the oneDNN matmuls with fused epilogues run here in `dtype` and agree with the plain
+    SwiGLU (within that dtype's tolerance), else why not."""
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # the run's random state is left as it was
             torch.manual_seed(0)
             mlp = SwiGLU(64, 256)
-            x = torch.randn(8, 64).to(torch.bfloat16)
+            x = torch.randn(8, 64).to(dtype)
             fused = mlp.fused_residual(x).float()
             plain = x.float() + mlp(x.float())
     except (RuntimeError, AttributeError, NotImplementedError) as err:  # the op or its CPU kernel is missing
         return f"oneDNN's fused matmul is not available in this torch build ({type(err).__name__}: {err})"[:300]
     err = ((fused - plain).norm() / plain.norm()).item()
-    return "" if err < 0.02 else f"oneDNN's fused matmul disagrees with the plain SwiGLU (relative error {err:.3f})"
+    tolerance = 0.02 if dtype == torch.bfloat16 else 1e-4
+    return "" if err < tolerance else (f"oneDNN's fused matmul disagrees with the plain SwiGLU "
+                                       f"(relative error {err:.2g})")

@@ -38,6 +38,8 @@ COMPILE_SHORT_RUN_S = 30 * 60  # runs shorter than this never compile: compile t
 COMPILE_PAYBACK = 2.0  # compile only if the expected saving is twice its (measured) cost
 MIN_TRIM_THRESHOLD = 32 * MiB  # below this glibc would return (and fault back) every activation buffer
 TIGHT_BUDGET = 1.25  # a budget under this multiple of the estimated peak leaves no room for kept memory
+FLOAT32_FUSED_OFF = ("float32: left to run.fused_inference=on until a same-process A/B shows a gain here "
+                     "(benchmarks/fused_ab.py; docs/performance.md)")
 RETURNS_FREED = "go back to the OS"  # marks the tight-budget choice: apply_to_process returns freed memory
 
 
@@ -251,17 +253,20 @@ def choose_fused_inference(setting: str, device: str, dtype: str, compiled: bool
     SwiGLU as oneDNN matmuls with SiLU, the product and the residual add in their epilogue."""
     if setting == "off":
         return Choice(False, "set in the config (run.fused_inference)")
-    if device != CPU or dtype != "bfloat16":
-        return Choice(False, f"the fused oneDNN matmuls are for bf16 on a CPU; this run is {dtype} on {device}")
+    if device != CPU or dtype not in ("bfloat16", "float32"):
+        return Choice(False, f"the fused oneDNN matmuls are for bf16 or float32 on a CPU; this run is {dtype} "
+                             f"on {device}")
     if compiled:
         return Choice(False, "torch.compile fuses the element-wise work itself")
-    broken = fused_inference_works()
+    if dtype == "float32" and setting != "on":
+        return Choice(False, FLOAT32_FUSED_OFF)
+    broken = fused_inference_works(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
     if broken:
         return Choice(False, broken)
     how = "set in the config (run.fused_inference)" if setting == "on" else (
         "no-gradient calls (the first T-1 cycles, evaluation) put SiLU, the SwiGLU product and the residual "
         "add into oneDNN's matmul epilogues instead of three passes over the widest activations; "
-        "their residual stream is bf16 (docs/performance.md)")
+        f"their residual stream is {'bf16' if dtype == 'bfloat16' else 'float32'} (docs/performance.md)")
     return Choice(True, how)
 
 
