@@ -34,7 +34,7 @@ class BenchOptions:
     peak_sizes: tuple[int, ...] = (1024, 2048)  # square matmuls of the peak samples
     peak_seconds: float = 0.5  # per size and dtype, per sample (best of 3 reps)
     gemm_seconds: float = 0.15  # per model-shaped GEMM (0 = skip the GEMM ceiling)
-    memory: bool = True  # measure MB per slot in two fresh subprocesses
+    memory: bool = True  # measure MB per slot (a fresh subprocess at B/2, this process at B after its warm-up)
     cache_dir: str | None = None  # the planner's measurement cache (its learned calibration)
     compile_target: str = "net"  # with run.compile=on: "net" (model.net) or "model"
     all_peaks: bool = False  # sample every dtype's matmul peak, even one the CPU only emulates
