@@ -19,6 +19,7 @@ import psutil
 from trmkit.hardware.cgroups import find_cgroups, read_cpu_quota
 from trmkit.hardware.info import CgroupPaths, CpuFeatures, CpuInfo
 from trmkit.hardware.readers import read_text, run_command, under_root
+from trmkit.hardware.software import torch_kernels
 
 _SYSCTL_NAMES = (
     "machdep.cpu.brand_string", "hw.optional.arm64", "hw.optional.neon", "hw.optional.AdvSIMD",
@@ -131,12 +132,3 @@ def native_bf16(features: CpuFeatures, kernels: str | None = None) -> bool:
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
     onednn_bf16 = onednn == "ALL" or "BF16" in onednn or "AMX" in onednn
     return (kernels is None or kernels.upper().startswith("AVX512")) and onednn_bf16
-
-
-def torch_kernels() -> str | None:
-    """The vector ISA torch's CPU kernels dispatch to ("AVX512", "AVX2", ...), None if unknown."""
-    try:
-        import torch
-        return torch.backends.cpu.get_cpu_capability()
-    except (ImportError, AttributeError, RuntimeError):
-        return None

@@ -27,6 +27,15 @@ def _cuda_details(torch: Any) -> tuple[bool, str | None, int | None]:
         return False, None, None
 
 
+def torch_kernels() -> str | None:
+    """The vector ISA torch's CPU kernels dispatch to ("AVX512", "AVX2", ...), None if unknown."""
+    try:
+        import torch
+        return torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
 def probe_torch() -> TorchInfo:
     """Features of the installed torch build (all None/False when torch is missing)."""
     try:
@@ -34,14 +43,13 @@ def probe_torch() -> TorchInfo:
     except ImportError:
         return TorchInfo(None, None, None, None, None, None, None, None, False, None, None, False)
     backend, openmp = parse_parallel_info(torch.__config__.parallel_info())
-    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     cuda, cuda_name, cuda_mem = _cuda_details(torch)
     mps = getattr(torch.backends, "mps", None)
     return TorchInfo(
         version=torch.__version__, mkl=torch.backends.mkl.is_available(),
         mkldnn=torch.backends.mkldnn.is_available(), parallel_backend=backend, openmp=openmp,
         num_threads=torch.get_num_threads(), num_interop_threads=torch.get_num_interop_threads(),
-        cpu_capability=capability() if capability else None, cuda_available=cuda, cuda_device=cuda_name,
+        cpu_capability=torch_kernels(), cuda_available=cuda, cuda_device=cuda_name,
         cuda_memory=cuda_mem, mps_available=bool(mps and mps.is_available()),
     )
 

@@ -8,9 +8,8 @@ no loss with train.mask_given, and a convolution sees no positions, so a 9 x 9 m
 is simply a 9 x 9 maze). Its shortest path is at least the stage's hardness, Maze-Hard's 110 on
 30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), a share of the mazes
 (data.easy_share, half by default) is easier, with a path of t..t+2 steps for t uniform up to that
-hardness. Each maze gets a random
-symmetry of the square. The stream (data/generated.py) gives each sample its own seeded random
-generator, so a run resumes exactly.
+hardness. Each maze gets a random symmetry of the square. The stream (data/generated.py) gives
+each sample its own seeded random generator, so a run resumes exactly.
 """
 
 from __future__ import annotations
