@@ -71,6 +71,8 @@ class ModelConfig:
     #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
     bag_positions: int = 0  # a classifier's last positions hold a bag of hashed n-grams (the store's
     #                         meta.json): pooled and added to every token position's input, not mixed
+    bag_head: bool = False  # the class logits also read the pooled bag through a linear map of their own (a
+    #                         linear path beside the recursion, as a bag-of-words model reads it; docs/email.md)
 
     @property
     def network_positions(self) -> int:
@@ -93,6 +95,9 @@ class ModelConfig:
         if self.bag_positions and (not self.num_classes or self.bag_positions >= self.seq_len > 0):
             raise ConfigError(f"model.bag_positions={self.bag_positions}: a bag needs a classifier "
                               "(model.num_classes) and fewer positions than model.seq_len")
+        if self.bag_head and self.seq_len and not self.bag_positions:  # seq_len and the bag: from meta.json
+            raise ConfigError("model.bag_head reads the bag of hashed n-grams: build the store with "
+                              "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 

@@ -49,3 +49,27 @@ def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
     other[1, 6:8] = torch.tensor([32, 33])
     _, _, changed, _ = model(carry.z_H, carry.z_L, other, torch.zeros(2, dtype=torch.long))
     assert not torch.allclose(changed[0], changed[1])  # and what it holds does
+
+
+def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
+    """model.bag_head: the class logits add a linear map of the scaled mean bag embedding; it starts at
+    zero (the model begins as the one without it) and is refused without a bag."""
+    import pytest
+
+    from trmkit.config import ConfigError
+
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1, num_classes=3)
+    with pytest.raises(ConfigError, match="--bag N"):
+        ModelConfig(**base, bag_head=True)  # seq_len from a store without a bag
+    torch.manual_seed(0)
+    model = TRM(ModelConfig(**base, bag_positions=4, bag_head=True))
+    x = torch.cat([torch.randint(1, 20, (2, 6)), torch.tensor([[30, 31, 0, 0], [32, 0, 0, 0]])], 1)
+    ids, carry = torch.zeros(2, dtype=torch.long), model.initial_carry(2)
+    _, _, before, _ = model(carry.z_H, carry.z_L, x, ids)
+    with torch.no_grad():
+        model.bag_head.weight.normal_()
+    _, _, after, _ = model(carry.z_H, carry.z_L, x, ids)
+    emb = model.embed_tokens.weight
+    pooled = torch.stack([emb[30:32].mean(0), emb[32]]) * model.embed_scale  # pads left out
+    torch.testing.assert_close(after - before, model.bag_head(pooled).unsqueeze(1))

@@ -152,6 +152,21 @@ def test_shipped_taxonomy_maps_spamassassin_gmail_and_csv_labels() -> None:
     assert apply(lm, msg("Drafts")) is None
 
 
+def test_the_mailing_list_corpus_map_names_each_list_by_its_list_id() -> None:
+    """configs/email-lists.yaml (the third corpus of docs/email.md): --label-from header:List-Id gives the
+    raw label; each list is a class, any other list 'other-list', a message without List-Id no label."""
+    lm = load_label_map(TAXONOMY.parent / "email-lists.yaml")
+    expected = {"Irish Linux Users' Group <ilug.linux.ie>": "ilug", "<fork.xent.com>": "fork",
+                "Freshrpms RPM discussion list <rpm-zzzlist.freshrpms.net>": "rpm-list",
+                "<exmh-users.spamassassin.taint.org>": "exmh-users",
+                "<exmh-workers.spamassassin.taint.org>": "exmh-workers",
+                "Talk about SpamAssassin <spamassassin-talk.example.sourceforge.net>": "spamassassin-talk",
+                "<secprog.list-id.securityfocus.com>": "other-list"}
+    for raw, category in expected.items():
+        assert apply(lm, msg(raw)) == category, raw
+    assert apply(lm, msg(None)) is None
+
+
 def test_a_scored_rule_adds_the_weights_of_the_signs_that_match() -> None:
     lm = label_map_from_dict({"categories": ["Spam", "Other"], "default": "Other", "rules": [
         {"category": "Spam", "at_least": 3, "signs": [

@@ -108,6 +108,9 @@ class TRM(nn.Module):
             self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
             nn.init.trunc_normal_(self.class_head.weight, std=std, a=-2 * std, b=2 * std)
             nn.init.zeros_(self.class_head.bias)
+            if cfg.bag_head:  # starts at zero: the model begins as the one without it
+                self.bag_head = nn.Linear(D, cfg.num_classes, bias=False)
+                nn.init.zeros_(self.bag_head.weight)
         else:
             self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
@@ -156,9 +159,14 @@ class TRM(nn.Module):
 
     def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
         """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ the pooled bag)]."""
-        x = self.embed_tokens(inputs.long())  # (B, L, D)
+        return self.embed_parts(inputs, puzzle_ids)[0]
+
+    def embed_parts(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor):
+        """(x, bag): the network's input (B, S, D) and the scaled pooled bag (B, D), None without a bag."""
+        x, bag = self.embed_tokens(inputs.long()), None  # (B, L, D)
         if self.cfg.bag_positions:
-            x = self.pool_bag(x, inputs)  # (B, L - bag, D)
+            x, bag = self.pool_bag(x, inputs)  # (B, L - bag, D), (B, D)
+            x = x + bag.unsqueeze(1)
         if self.puzzle_emb is not None:
             rows = self.puzzle_emb(puzzle_ids.long())  # (B, width)
             pad = self.cfg.puzzle_emb_len * self.cfg.hidden_size - rows.shape[1]
@@ -166,16 +174,15 @@ class TRM(nn.Module):
                 rows = torch.nn.functional.pad(rows, (0, pad))
             prefix = rows.view(x.shape[0], self.cfg.puzzle_emb_len, -1)
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
-        return self.embed_scale * x
+        return self.embed_scale * x, None if bag is None else self.embed_scale * bag
 
-    def pool_bag(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-        """The bag's mean embedding (its pads left out) added to every token position; the bag's own
-        positions leave the sequence: the mixer works on the tokens only."""
+    def pool_bag(self, x: torch.Tensor, inputs: torch.Tensor):
+        """(tokens, pooled): the token positions (B, L - n, D), the mixer works on these only, and the
+        bag's mean embedding (B, D), its pads left out, which the caller adds to every token position."""
         n = self.cfg.bag_positions
         tokens, bag = x[:, :-n], x[:, -n:]  # (B, L - n, D), (B, n, D)
         present = (inputs[:, -n:] != 0).to(x.dtype).unsqueeze(-1)  # pad id 0
-        pooled = (bag * present).sum(1) / present.sum(1).clamp_min(1)  # (B, D)
-        return tokens + pooled.unsqueeze(1)
+        return tokens, (bag * present).sum(1) / present.sum(1).clamp_min(1)
 
     def _positions(self, length: int):
         """What the mixer knows of positions: rotary tables for the first `length` positions (attention;
@@ -201,24 +208,28 @@ class TRM(nn.Module):
         read = z_H.mean(dim=1) if self.cfg.mixer == "conv" else z_H[:, 0]
         return self.q_head(read).float()[:, 0]
 
-    def output(self, z_H: torch.Tensor) -> torch.Tensor:
+    def output(self, z_H: torch.Tensor, bag: torch.Tensor | None = None) -> torch.Tensor:
         """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
-        the mean over the token positions (every position has seen the whole message through the mixer)."""
+        the mean over the token positions (every position has seen the whole message through the mixer),
+        plus a linear read of the pooled bag with model.bag_head."""
         tokens = z_H[:, self.cfg.puzzle_emb_len:]
-        if self.cfg.num_classes:
-            return self.class_head(tokens.mean(dim=1)).unsqueeze(1)
-        return self.lm_head(tokens)
+        if not self.cfg.num_classes:
+            return self.lm_head(tokens)
+        logits = self.class_head(tokens.mean(dim=1))  # (B, C)
+        if self.cfg.bag_head and bag is not None:
+            logits = logits + self.bag_head(bag.to(logits.dtype))
+        return logits.unsqueeze(1)
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,)."""
-        x = self.embed(inputs, puzzle_ids)
+        x, bag = self.embed_parts(inputs, puzzle_ids)
         positions = self._positions(x.shape[1])
         with torch.no_grad():
             for _ in range(self.cfg.H_cycles - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
         z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
-        logits = self.output(z_H)  # (B, L, V), or (B, 1, C) for a classifier
+        logits = self.output(z_H, bag)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 
