@@ -1,7 +1,8 @@
 """Inference throughput and memory of `trmkit email predict`: messages/s with parsing included, and
 peak RSS as the mailbox grows (an mbox larger than RAM must stream with flat memory).
 
-    python benchmarks/email_predict.py BUNDLE_OR_RUN [--folder ../shared/data/email/spamassassin] [--mbox-mb 20 200]
+    python benchmarks/email_predict.py BUNDLE_OR_RUN [--folder ../shared/data/email/spamassassin]
+                                       [--mbox-mb 20 200] [--dtype float32]
 
 1. the whole folder, once with ACT halting (as trained) and once with every message through all N_sup steps;
 2. mboxes of the given sizes built from the folder's messages (repeated) in a temporary directory: the
@@ -53,17 +54,18 @@ def main() -> None:
     p.add_argument("--folder", default="../shared/data/email/spamassassin")
     p.add_argument("--mbox-mb", type=float, nargs="*", default=[20, 200])
     p.add_argument("--batch", default="256")
+    p.add_argument("--dtype", default="auto", help="predict's --dtype (float32 to measure a CPU without bf16)")
     args = p.parse_args()
     print(f"{args.folder}, with ACT halting (as trained):")
-    predict(args.model, [args.folder], "--batch", args.batch)
+    predict(args.model, [args.folder], "--batch", args.batch, "--dtype", args.dtype)
     print(f"{args.folder}, every message through all N_sup steps (--no-halt):")
-    predict(args.model, [args.folder], "--batch", args.batch, "--no-halt")
+    predict(args.model, [args.folder], "--batch", args.batch, "--dtype", args.dtype, "--no-halt")
     with tempfile.TemporaryDirectory() as tmp:
         for mb in args.mbox_mb:
             path = Path(tmp) / f"box-{mb:g}MB.mbox"
             n = write_mbox(Path(args.folder), path, mb)
             print(f"mbox of {mb:g} MB ({n} messages):")
-            predict(args.model, [str(path)], "--batch", args.batch)
+            predict(args.model, [str(path)], "--batch", args.batch, "--dtype", args.dtype)
             path.unlink()
 
 

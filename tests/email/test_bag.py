@@ -1,6 +1,8 @@
 """The n-gram bag (email/bag.py): the whole message in fixed positions, idf from training only,
 pooled by the model (model.bag_positions) and not mixed as positions."""
 
+import math
+
 import numpy as np
 import torch
 
@@ -25,6 +27,29 @@ def test_the_bag_keeps_the_rarest_words_of_a_message_and_is_deterministic():
     assert np.array_equal(ids, Bag.from_dict(bag.to_dict()).ids("viagra meeting at noon"))
     short = bag.ids("hi")
     assert short[0] >= 100 and (short[1:] == 0).all()  # pads after the message's few n-grams
+
+
+def _ids_as_first_written(bag: Bag, text: str) -> np.ndarray:
+    """The bag's first, plain-Python ids(): stores built with it must read the same ids today."""
+    weights: dict[int, float] = {}
+    for gram, count in ngrams(text).items():
+        b = bucket(gram, bag.buckets)
+        weights[b] = weights.get(b, 0.0) + (1 + math.log(count)) * float(bag.idf[b])
+    top = sorted(weights, key=lambda b: (-weights[b], b))[: bag.positions]
+    out = np.zeros(bag.positions, dtype=np.int64)
+    out[: len(top)] = bag.vocab_offset + np.sort(np.array(top, dtype=np.int64))
+    return out
+
+
+def test_the_fast_bag_writes_the_same_ids_as_the_first_one():
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 400)))) for _ in range(60)]
+    texts += ["", "a a a a b", "x " * 5000 + "y", "tie one two three four five"]  # repeats, ties, no words
+    bag = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7)  # few buckets: collisions too
+    for text in texts:
+        assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text)), text[:40]
+        assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text))  # again, from the cache
 
 
 def test_bag_text_sees_every_field_normalised():

@@ -191,6 +191,7 @@ def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(tra
     assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={run}", f"data.path={store}"]) == 0
     assert cli.main(["email", "export", str(run), "--out", str(bundle)]) == 0
     assert (bundle / "bag.json").is_file()
+    assert "reading 32 tokens and a bag of 24 n-grams per message" in (bundle / "model_card.md").read_text()
     capsys.readouterr()
     files = sorted((source / "spam-1").iterdir())[:6]
     assert cli.main(["email", "predict", str(bundle), *map(str, files), "--threshold", "0.999",

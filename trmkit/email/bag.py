@@ -21,7 +21,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -30,6 +30,8 @@ import numpy as np
 BAG_FILE = "bag.json"
 _WORD = re.compile(r"[^\W_]+(?:['.][^\W_]+)*")  # words, keeping "don't" and "v1.2" whole
 MAX_WORDS = 20_000  # words read per message: the cost of a huge message stays bounded
+_CACHE_LIMIT = 1 << 18  # n-grams whose bucket is remembered (cleared when full: memory stays bounded)
+_LOGS = np.array([0.0] + [math.log(c) for c in range(1, 4097)])  # math.log of the small counts a message has
 
 
 def bag_text(subject: str, sender: str, body: str) -> str:
@@ -47,6 +49,13 @@ def ngrams(text: str) -> Counter:
     return counts
 
 
+def _log_counts(counts: np.ndarray) -> np.ndarray:
+    """math.log of each count (the standard library's, so a bag is the same with any numpy build)."""
+    if counts.max() < len(_LOGS):
+        return _LOGS[counts]
+    return np.array([math.log(c) for c in counts.tolist()])
+
+
 def bucket(gram: str, buckets: int) -> int:
     return int.from_bytes(hashlib.blake2b(gram.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                           "little") % buckets
@@ -60,6 +69,7 @@ class Bag:
     buckets: int
     vocab_offset: int  # the first id after the tokenizer's vocabulary
     idf: np.ndarray  # (buckets,) log((1 + N) / (1 + df)) + 1, from the training split
+    _cache: dict[str, int] = field(default_factory=dict, repr=False, compare=False)  # n-gram -> bucket
 
     @classmethod
     def fit(cls, texts: Iterable[str], positions: int, buckets: int, vocab_offset: int) -> "Bag":
@@ -70,15 +80,30 @@ class Bag:
         return cls(positions, buckets, vocab_offset, np.log((1 + n) / (1 + df)) + 1)
 
     def ids(self, text: str) -> np.ndarray:
-        """(positions,) ids of the message's top n-grams by tf-idf (sub-linear tf), 0 (pad) after."""
-        weights: dict[int, float] = {}
-        for gram, count in ngrams(text).items():
-            b = bucket(gram, self.buckets)
-            weights[b] = weights.get(b, 0.0) + (1 + math.log(count)) * float(self.idf[b])
-        top = sorted(weights, key=lambda b: (-weights[b], b))[: self.positions]
+        """(positions,) ids of the message's top n-grams by tf-idf (sub-linear tf), 0 (pad) after.
+
+        Ties in weight go to the lower bucket. Weights are summed per bucket in the order the
+        n-grams first appear, so the ids are the same, bit for bit, on every machine."""
+        counts = ngrams(text)
         out = np.zeros(self.positions, dtype=np.int64)
-        out[: len(top)] = self.vocab_offset + np.sort(np.array(top, dtype=np.int64))
+        if not counts:
+            return out
+        b = np.fromiter((self._bucket(g) for g in counts), dtype=np.int64, count=len(counts))
+        tf = 1.0 + _log_counts(np.fromiter(counts.values(), dtype=np.int64, count=len(counts)))
+        sums = np.bincount(b, weights=tf * self.idf[b], minlength=self.buckets)
+        present = np.flatnonzero(sums)  # weights are > 0; ascending: a stable sort keeps the lower bucket on ties
+        top = present[np.argsort(-sums[present], kind="stable")[: self.positions]]
+        out[: len(top)] = self.vocab_offset + np.sort(top)
         return out
+
+    def _bucket(self, gram: str) -> int:
+        """bucket(gram), remembered: a mailbox repeats its words, and hashing was most of the cost."""
+        found = self._cache.get(gram)
+        if found is None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            found = self._cache[gram] = bucket(gram, self.buckets)
+        return found
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self.ids(t) for t in texts]) if texts else np.zeros((0, self.positions), np.int64)

@@ -114,6 +114,12 @@ def text_len(meta: dict) -> int:
     return int(meta["seq_len"]) - int(meta.get("bag_positions", 0))
 
 
+def reads(meta: dict) -> str:
+    """What the model reads of a message, in words: "128 tokens", "32 tokens and a bag of 1024 n-grams"."""
+    bag = int(meta.get("bag_positions", 0))
+    return f"{text_len(meta)} tokens" + (f" and a bag of {bag} n-grams" if bag else "")
+
+
 def write_bundle(out: Path, copies: dict[str, Path], texts: dict[str, str]) -> None:
     """Build the folder in a hidden sibling (files copied or written, each fsync'd), then rename it
     over `out`: a reader sees the old bundle or the new one, never half of one."""
@@ -160,8 +166,8 @@ def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration, as_run: d
     lines = [
         "# trmkit e-mail classifier", "",
         f"A Tiny Recursive Model (mixer {m['mixer']}, D={m['hidden_size']}, {m['L_layers']} layers, "
-        f"T={m['H_cycles']}, n={m['L_cycles']}, N_sup={m['halt_max_steps']}) reading {meta['seq_len']} "
-        f"tokens per message, trained with trmkit on `{meta['source']}`.", "",
+        f"T={m['H_cycles']}, n={m['L_cycles']}, N_sup={m['halt_max_steps']}) reading {reads(meta)} per message, "
+        f"trained with trmkit on `{meta['source']}`.", "",
         f"- classes: {', '.join(meta['classes'])}",
         f"- split: {meta['build'].get('split')} (seed {meta['build'].get('seed')}); sizes "
         f"{d.get('split_sizes', '?')}",
@@ -326,10 +332,13 @@ class Classifier:
         return tokens if self.bag is None else self.bag.append_to(tokens, fields)
 
     def predict(self, messages: list[Message]) -> list[dict]:
+        return self.predict_encoded(messages, self.encode(messages))
+
+    def predict_encoded(self, messages: list[Message], encoded: np.ndarray) -> list[dict]:
+        """Predictions for messages already encoded (`encode`), `batch_size` rows per model call."""
         results = []
         for start in range(0, len(messages), self.batch_size):
-            chunk = messages[start:start + self.batch_size]
-            inputs = self.encode(chunk)
+            chunk, inputs = messages[start:start + self.batch_size], encoded[start:start + self.batch_size]
             if self.dtype == "auto":
                 self.choose_dtype(inputs, self.log)
             probs = stablemax_probs(self.logits(inputs).astype(np.float64), self.temperature)
@@ -353,8 +362,9 @@ class Classifier:
 def predict_stream(classifier: Classifier, messages: Iterable[Message], batch: int = 256) -> Iterable[dict]:
     """Predictions in input order, `batch` messages at a time: memory stays flat for any mailbox size.
 
-    Parsing (pure Python) runs in a background thread while the model (torch, which releases the GIL)
-    classifies the previous batch; the queue holds at most two batches, so memory stays bounded."""
+    Parsing and encoding (tokens, n-gram bag) run in a background thread while the model (torch,
+    which releases the GIL) classifies the previous batch; the queue holds at most two batches, so
+    memory stays bounded."""
     batches: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 
@@ -364,10 +374,10 @@ def predict_stream(classifier: Classifier, messages: Iterable[Message], batch: i
             for msg in messages:
                 pending.append(msg)
                 if len(pending) >= batch:
-                    _put(batches, pending, stop)
+                    _put(batches, (pending, classifier.encode(pending)), stop)
                     pending = []
             if pending:
-                _put(batches, pending, stop)
+                _put(batches, (pending, classifier.encode(pending)), stop)
             _put(batches, None, stop)
         except BaseException as err:  # reported in the consumer's thread, with its traceback
             _put(batches, err, stop)
@@ -378,7 +388,7 @@ def predict_stream(classifier: Classifier, messages: Iterable[Message], batch: i
         while (item := batches.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            yield from classifier.predict(item)
+            yield from classifier.predict_encoded(*item)
     finally:
         stop.set()
         worker.join(timeout=5)
