@@ -2,7 +2,7 @@
 100 at once with p95 < 1 s).
 
     python benchmarks/email_serve.py BUNDLE_OR_RUN [--folder ../shared/data/email/spamassassin]
-                                     [--concurrent 100] [--rounds 3] [--batch-wait-ms 5] [--dtype float32]
+                                     [--concurrent 100] [--rounds 3] [--batch-wait-ms 5]
 
 Starts the server in its own process (as a user would), waits for /health, then for each round
 sends `--concurrent` requests at once, one raw message each (the first messages of the folder,
@@ -87,7 +87,6 @@ def main() -> int:
     p.add_argument("--concurrent", type=int, default=100)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-wait-ms", type=float, default=5.0)
-    p.add_argument("--dtype", default="auto", help="serve's --dtype (float32 to measure a CPU without bf16)")
     args = p.parse_args()
     files = sorted(f for f in Path(args.folder).rglob("*") if f.is_file() and f.name != "README.txt")
     bodies = [f.read_bytes() for f in files[:args.concurrent]]
@@ -95,7 +94,7 @@ def main() -> int:
         raise SystemExit(f"{args.folder}: {len(bodies)} messages, fewer than --concurrent {args.concurrent}")
     port = free_port()
     cmd = [sys.executable, "-m", "trmkit.cli", "email", "serve", args.model, "--port", str(port),
-           "--batch-wait-ms", str(args.batch_wait_ms), "--dtype", args.dtype]
+           "--batch-wait-ms", str(args.batch_wait_ms)]
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="email-serve-")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
