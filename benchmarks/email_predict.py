@@ -26,7 +26,7 @@ def predict(model: str, inputs: list[str], *extra: str) -> dict:
     cmd = [sys.executable, "-m", "trmkit.cli", "email", "predict", model, *inputs, *extra]
     # the predictions go to stdout, discarded (`--out` writes regular files only, atomically)
     err = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True).stderr
-    line = next(x for x in err.splitlines() if x.startswith("predict:"))
+    line = next(x for x in err.splitlines() if LINE.search(x))
     print("  " + line, flush=True)
     n, seconds, rate, rss = LINE.search(line).groups()
     return {"messages": int(n), "seconds": float(seconds), "per_second": int(rate), "peak_rss_gib": float(rss)}

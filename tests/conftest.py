@@ -30,11 +30,17 @@ def _descendants() -> dict[int, psutil.Process]:
         return {}
 
 
+def _resource_tracker(p: psutil.Process) -> bool:
+    """multiprocessing's resource tracker (started by the first "spawn", e.g. `email predict --workers`):
+    one per process, it stays for the next pool and exits when this process does (EOF on its pipe)."""
+    return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+
+
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     out = []
     for p in procs:
         try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _resource_tracker(p):
                 out.append(p)
         except psutil.Error:
             pass

@@ -1,5 +1,7 @@
 """The typed config: YAML and key=value overrides, coercion, errors that name the key."""
 
+from pathlib import Path
+
 import pytest
 
 from trmkit import config as config_mod
@@ -76,3 +78,15 @@ def test_the_cli_flag_travels_as_the_config_override():
                                       "--memory-budget", "2GiB"])
     _budget_as_override(args)
     assert args.overrides == ["train.max_steps=3", "run.memory_budget=2GiB"]
+
+
+def test_every_training_preset_loads():
+    """A preset with a typo'd key or a wrong type would fail a user's first command: each one loads."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    presets = [p for p in sorted(root.glob("*.yaml")) if "train" in (yaml.safe_load(p.read_text()) or {})]
+    assert len(presets) >= 10 and root / "email-fast.yaml" in presets
+    for path in presets:
+        cfg = config_mod.load(path)
+        assert cfg.train.max_steps > 0, path

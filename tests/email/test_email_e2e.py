@@ -9,6 +9,7 @@ import pickle
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -205,6 +206,25 @@ def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(tra
         assert x["label"] == (x["predicted"] if x["predicted"] == "spam" else "uncertain")
     assert cli.main(["email", "predict", str(bundle), str(files[0]), "--threshold", "ham=0.5"]) == 2
     assert "CLASS=P with CLASS one of" in capsys.readouterr().err
+
+    # the same folder parsed and encoded by worker processes: the same messages, labels and order,
+    # the bad file counted, and no worker left behind
+    box = tmp_path / "box"
+    box.mkdir()
+    for f in sorted((source / "spam-1").iterdir())[:40] + sorted((source / "easy-ham-1").iterdir())[:30]:
+        (box / f.name).symlink_to(f.resolve())
+    (box / "notes.txt").write_text("shopping list: eggs, milk\n")
+    runs = {}
+    for workers in ("0", "2"):
+        assert cli.main(["email", "predict", str(bundle), str(box), "--batch", "16", "--workers", workers]) == 0
+        out, err = capsys.readouterr()
+        runs[workers] = [json.loads(x) for x in out.splitlines()]
+        assert "1 skipped" in err and "notes.txt: not an e-mail" in err
+        assert f"predict: workers={workers} (--workers)" in err
+    assert len(runs["0"]) == 70
+    assert [(x["source"], x["predicted"]) for x in runs["0"]] == [(x["source"], x["predicted"]) for x in runs["2"]]
+    workers_left = [p for p in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    assert workers_left == []  # (multiprocessing's resource tracker stays until this process exits, as designed)
 
 
 def test_sort_files_verified_copies_into_a_maildir_and_never_touches_the_originals(trained, tmp_path, capsys):

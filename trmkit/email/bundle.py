@@ -35,6 +35,7 @@ from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
+from trmkit.email.workers import encode_fields
 from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
 from trmkit.tasks.classify import stablemax_probs
@@ -328,8 +329,11 @@ class Classifier:
 
     def encode(self, messages: list[Message]) -> np.ndarray:
         fields = [(m.subject, m.sender, m.body) for m in messages]
-        tokens = self.tokenizer.encode_batch(fields, self.seq_len, self.tail)
-        return tokens if self.bag is None else self.bag.append_to(tokens, fields)
+        return encode_fields(self.tokenizer, self.bag, fields, self.seq_len, self.tail)
+
+    def worker_setup(self) -> tuple:
+        """What a worker process needs to encode as `encode` does (workers.encoded_batches)."""
+        return self.tokenizer.to_json(), None if self.bag is None else self.bag.to_dict(), self.seq_len, self.tail
 
     def predict(self, messages: list[Message]) -> list[dict]:
         return self.predict_encoded(messages, self.encode(messages))
@@ -392,6 +396,12 @@ def predict_stream(classifier: Classifier, messages: Iterable[Message], batch: i
     finally:
         stop.set()
         worker.join(timeout=5)
+
+
+def predict_batches(classifier: Classifier, batches: Iterable[tuple[list[Message], np.ndarray]]) -> Iterable[dict]:
+    """Predictions for (messages, encoded rows) batches, e.g. from workers.encoded_batches."""
+    for messages, rows in batches:
+        yield from classifier.predict_encoded(messages, rows)
 
 
 def _put(batches: queue.Queue, item, stop: threading.Event) -> None:

@@ -127,6 +127,24 @@ def iter_messages(source: str | Path, fmt: str = "auto", label_from: str = "fold
     return _iter_emails(items, strategy, keep, report)
 
 
+def iter_raw(source: str | Path, fmt: str = "auto", report: ImportReport | None = None,
+             max_bytes: int = MAX_MESSAGE_BYTES) -> Iterator["_Raw"] | None:
+    """The bytes of each message of an e-mail source (.eml folder, Maildir, mbox), read (bounded) but not
+    parsed, so that `parse_bounded` can run elsewhere (in worker processes); unreadable files are counted
+    in `report`. None for CSV and JSONL, whose records are read by records.py."""
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: no such file or folder (check --source)")
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt not in ("eml-dir", "maildir", "mbox"):
+        return None
+    if fmt == "maildir" and next(_maildir_folders(source), None) is None:
+        raise ValueError(f"{source}: not a Maildir (no cur/ and new/ inside it or below it); "
+                         "pass --format eml-dir for a plain folder of message files")
+    report = report if report is not None else ImportReport(source=str(source))
+    return {"eml-dir": _eml_items, "maildir": _maildir_items, "mbox": _mbox_items}[fmt](source, max_bytes, report)
+
+
 @dataclass(frozen=True)
 class _Raw:
     """One message's bytes as read (cut to max_bytes), before parsing."""

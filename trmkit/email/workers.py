@@ -1,0 +1,96 @@
+"""Parsing and encoding in worker processes, beside the model (`email predict` on a mailbox).
+
+Parsing (the standard library's `email`) and the n-gram bag are pure Python and hold the GIL,
+so in one process they, not the model, set the pace: on 2 AVX2 cores, float32, the short-window
+model classifies faster than one thread parses and encodes. Here the main process reads each
+message's bytes (bounded, in order: mailbox.iter_raw), hands them over `batch` at a time to
+worker processes that parse and encode them, and classifies the encoded rows as they come back,
+in order. At most `workers + 1` batches are in flight, so memory stays flat for any mailbox.
+Workers are started with "spawn" (no copy of the model or of torch's threads) and import no torch;
+a message that does not parse is sent back as a skip and counted, as in one process.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from trmkit.config import ConfigError
+from trmkit.email.bag import Bag
+from trmkit.email.mail import Message
+from trmkit.email.mail.mime import ParseError, parse_bounded
+from trmkit.email.tokenizer import EmailTokenizer
+
+_WORKER: dict[str, Any] = {}  # in a worker: the tokenizer, bag and text layout it encodes with
+
+
+def encode_fields(tokenizer: EmailTokenizer, bag: Bag | None, fields: Sequence[tuple[str, str, str]],
+                  seq_len: int, tail: int) -> np.ndarray:
+    """(n, seq_len [+ bag positions]) model inputs for (subject, sender, body) triples."""
+    tokens = tokenizer.encode_batch(fields, seq_len, tail)
+    return tokens if bag is None else bag.append_to(tokens, fields)
+
+
+def _init(tokenizer_json: str, bag: dict | None, seq_len: int, tail: int) -> None:
+    _WORKER.update(tokenizer=EmailTokenizer.from_json(tokenizer_json, source="<predict worker>"),
+                   bag=None if bag is None else Bag.from_dict(bag), seq_len=seq_len, tail=tail)
+
+
+def parse_and_encode(items: list[tuple[bytes, int, str]]) -> tuple[list[tuple[str, str]], np.ndarray, list]:
+    """In a worker: ([(where, message_id)] of the messages that parsed, their encoded rows,
+    [(where, reason, detail)] of those that did not)."""
+    kept: list[Message] = []
+    skipped: list[tuple[str, str, str]] = []
+    for data, size, where in items:
+        try:
+            kept.append(parse_bounded(data, where, size))
+        except ParseError as err:
+            skipped.append((where, err.reason, err.detail))
+    fields = [(m.subject, m.sender, m.body) for m in kept]
+    rows = encode_fields(_WORKER["tokenizer"], _WORKER["bag"], fields, _WORKER["seq_len"], _WORKER["tail"])
+    return [(m.where, m.message_id) for m in kept], rows, skipped
+
+
+def encoded_batches(raw: Iterable, batch: int, workers: int, setup: tuple, report) -> Iterator[tuple]:
+    """(messages, encoded rows) per batch of `raw` items (mailbox._Raw), in input order, parsed and
+    encoded by `workers` processes. `setup`: (tokenizer JSON, bag dict or None, seq_len, tail).
+    Messages carry only where they came from and their Message-ID (all a prediction names)."""
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=setup)
+    pending: deque[Future] = deque()
+    try:
+        for chunk in _chunks(raw, batch):
+            report.lines += len(chunk)
+            pending.append(pool.submit(parse_and_encode, [(r.data, r.size, r.where) for r in chunk]))
+            if len(pending) > workers:
+                yield _collect(pending.popleft().result(), report)
+        while pending:
+            yield _collect(pending.popleft().result(), report)
+    except BrokenProcessPool as err:
+        raise ConfigError("a parsing worker process died (killed, or out of memory?); an --out file is left as it "
+                          "was. Run again, or with --workers 0 to parse in this process") from err
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # no worker outlives the command
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _collect(result: tuple, report) -> tuple[list[Message], np.ndarray]:
+    kept, rows, skipped = result
+    for where, reason, detail in skipped:
+        report.skip(where, reason, detail)
+    report.accepted += len(kept)
+    return [Message(subject="", sender="", body="", message_id=mid, where=where) for where, mid in kept], rows
