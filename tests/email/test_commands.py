@@ -38,3 +38,11 @@ def test_no_workers_where_they_cannot_pay(tmp_path):
     assert choose_workers("3", [str(one)], "auto", 1, 32) == (3, "--workers")
     with pytest.raises(ConfigError, match="--workers 'many'"):
         choose_workers("many", [str(one)], "auto", 2, 32)
+
+
+def test_workers_asked_for_rows_are_refused_with_the_fix(tmp_path):
+    rows = tmp_path / "mail.csv"
+    rows.write_text("text,label\nhello,ham\n")
+    with pytest.raises(ConfigError, match="mail.csv is csv.*use --workers 0"):
+        choose_workers("2", [str(rows)], "auto", 2, 32)
+    assert choose_workers("0", [str(rows)], "auto", 2, 32) == (0, "--workers")

@@ -113,12 +113,13 @@ def run_predict(args: argparse.Namespace) -> int:
     meter = PeakMeter().start()
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
-    clf.native_bf16, clf.cache_dir = native_bf16(probe_cpu().features), args.cache_dir
+    cpu = probe_cpu()
+    clf.native_bf16, clf.cache_dir = native_bf16(cpu.features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     out_path = Path(args.out) if args.out else None
     t0 = time.perf_counter()
-    results = prediction_stream(clf, args, report)
+    results = prediction_stream(clf, args, report, cpu.effective_cores)
     if out_path is None:
         n = write_lines(sys.stdout, results)
     else:
@@ -137,15 +138,13 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def prediction_stream(clf, args: argparse.Namespace, report):
+def prediction_stream(clf, args: argparse.Namespace, report, cores: int):
     """Predictions for every input: parsed and encoded by worker processes where --workers chose
     them (workers.py), else in a thread beside the model (bundle.predict_stream)."""
     from trmkit.email.bundle import predict_batches, predict_stream
     from trmkit.email.mail.mailbox import iter_raw
     from trmkit.email.workers import encoded_batches
-    from trmkit.hardware.cpu import probe_cpu
 
-    cores = probe_cpu().effective_cores
     workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
     _stderr(f"predict: workers={workers} ({why})")
     if workers == 0:
@@ -162,20 +161,17 @@ def prediction_stream(clf, args: argparse.Namespace, report):
 def choose_workers(asked: str, inputs: list[str], fmt: str, cores: int, tokens: int) -> tuple[int, str]:
     """Worker processes for parsing and encoding, and why: a number as asked, or by the sources, the
     cores and the model's cost (`tokens` through attention per message)."""
-    from trmkit.email.mail.mailbox import detect_format
-
+    if asked != "auto" and not asked.isdigit():
+        raise ConfigError(f"--workers {asked!r}: give a number of processes (0: parse in a thread) or auto")
+    not_files = _rows_source(inputs, fmt)
     if asked != "auto":
-        if not asked.isdigit():
-            raise ConfigError(f"--workers {asked!r}: give a number of processes (0: parse in a thread) or auto")
+        if int(asked) and not_files:
+            raise ConfigError(f"--workers {asked}: {not_files}; workers parse message files: use --workers 0")
         return int(asked), "--workers"
     if cores < 2:
         return 0, f"{cores} core: a worker would take turns with the model, parsing in a thread instead"
-    for source in inputs:
-        if source == "-" or not Path(source).exists():
-            return 0, f"{source}: read in this process"
-        kind = detect_format(Path(source)) if fmt == "auto" else fmt
-        if kind not in ("eml-dir", "maildir", "mbox"):
-            return 0, f"{source} is {kind}: its rows are read in a thread beside the model"
+    if not_files:
+        return 0, not_files
     if not any(Path(s).is_dir() or Path(s).stat().st_size > WORKER_MIN_BYTES for s in inputs):
         return 0, "a few messages: starting worker processes (about a second) would cost more than it saves"
     if tokens > LIGHT_TOKENS:
@@ -183,6 +179,19 @@ def choose_workers(asked: str, inputs: list[str], fmt: str, cores: int, tokens: 
         return n, f"{cores} cores, {tokens} tokens per message: the model is the slower half, {n} process(es) parse"
     n = min(cores, MAX_WORKERS)
     return n, f"{cores} cores, {tokens} tokens per message: the model outpaces one parsing thread, {n} processes parse"
+
+
+def _rows_source(inputs: list[str], fmt: str) -> str:
+    """Why an input is read in this process (stdin, a missing path, CSV/JSONL rows), or ''."""
+    from trmkit.email.mail.mailbox import detect_format
+
+    for source in inputs:
+        if source == "-" or not Path(source).exists():
+            return f"{source}: read in this process"
+        kind = detect_format(Path(source)) if fmt == "auto" else fmt
+        if kind not in ("eml-dir", "maildir", "mbox"):
+            return f"{source} is {kind}: its rows are read in a thread beside the model"
+    return ""
 
 
 def model_threads(cores: int, workers: int, tokens: int) -> tuple[int, str]:

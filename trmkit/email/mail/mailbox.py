@@ -119,25 +119,21 @@ def iter_messages(source: str | Path, fmt: str = "auto", label_from: str = "fold
     if strategy.kind == "column":
         raise ValueError(f"label_from={label_from!r} is for CSV/JSONL sources; for e-mail use "
                          "folder, gmail or header:NAME")
-    if fmt == "maildir" and next(_maildir_folders(source), None) is None:
-        raise ValueError(f"{source}: not a Maildir (no cur/ and new/ inside it or below it); "
-                         "pass --format eml-dir for a plain folder of message files")
     keep = (strategy.name,) if strategy.kind == "header" else ()
-    items = {"eml-dir": _eml_items, "maildir": _maildir_items, "mbox": _mbox_items}[fmt](source, max_bytes, report)
-    return _iter_emails(items, strategy, keep, report)
+    return _iter_emails(iter_raw(source, fmt, report, max_bytes), strategy, keep, report)
 
 
 def iter_raw(source: str | Path, fmt: str = "auto", report: ImportReport | None = None,
-             max_bytes: int = MAX_MESSAGE_BYTES) -> Iterator["_Raw"] | None:
+             max_bytes: int = MAX_MESSAGE_BYTES) -> Iterator["_Raw"]:
     """The bytes of each message of an e-mail source (.eml folder, Maildir, mbox), read (bounded) but not
-    parsed, so that `parse_bounded` can run elsewhere (in worker processes); unreadable files are counted
-    in `report`. None for CSV and JSONL, whose records are read by records.py."""
+    parsed: `iter_messages` parses them here, `email predict --workers` in worker processes. Unreadable
+    files are counted in `report`. The source is checked now, before the first message."""
     source = Path(source)
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file or folder (check --source)")
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt not in ("eml-dir", "maildir", "mbox"):
-        return None
+        raise ValueError(f"{source}: format {fmt} has rows, not message files: read it with iter_messages")
     if fmt == "maildir" and next(_maildir_folders(source), None) is None:
         raise ValueError(f"{source}: not a Maildir (no cur/ and new/ inside it or below it); "
                          "pass --format eml-dir for a plain folder of message files")
