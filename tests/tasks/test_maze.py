@@ -131,6 +131,19 @@ def test_marks_on_given_cells_are_not_marks_and_the_open_cell_loss_has_its_bound
     p = 3 / 5  # 3 path cells among the 5 open ones
     assert r["base_rate_loss"] == pytest.approx(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
     assert r["open_cell_loss"] < 0.1 * r["base_rate_loss"] and r["loss_over_base_rate"] < 0.1
+    assert r["path_recall_at_precision_0.8"] == 1.0
+
+
+def test_recall_at_precision_reads_the_curve_not_the_argmax():
+    from trmkit.tasks.maze.score import BINS, recall_at_precision
+    on, off = np.zeros(BINS, np.int64), np.zeros(BINS, np.int64)
+    on[900], on[300], on[100] = 6, 2, 2  # 10 path cells: 6 sure, 4 below one half
+    off[800], off[400], off[200] = 1, 3, 20  # one sure mistake, the rest under the path cells' middle
+    # p >= 0.9: 6/6; >= 0.8: 6/7 = 0.857 -> recall 0.6 at precision >= 0.8; >= 0.4: 6/10, below the floor
+    assert recall_at_precision(on, off, 0.8) == pytest.approx(0.6)
+    assert recall_at_precision(on, off, 0.5) == pytest.approx(0.8)  # p >= 0.3: 8 of 12 marked are path
+    assert recall_at_precision(on, off, 1.0) == pytest.approx(0.6)
+    assert recall_at_precision(np.zeros(BINS, np.int64), off, 0.8) == 0.0  # no threshold reaches it
 
 
 def test_cli_builds_a_maze_store(tmp_path):

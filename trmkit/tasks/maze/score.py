@@ -8,6 +8,10 @@ the path; cell accuracy can stay at the "mark no path" baseline while this falls
 argmax marks a cell only once its probability passes one half. Only open cells count: walls,
 S and G are given by the input (train.mask_given leaves them out of the loss too), and a mark
 on a wall is not a mark.
+
+The argmax is one operating point. `path_recall_at_precision_0.8` reads the whole
+precision / recall curve of p(path) over the open cells (every threshold, in steps of 1/1000):
+the largest share of path cells a threshold finds while at least 80% of what it marks is path.
 """
 
 from __future__ import annotations
@@ -22,12 +26,25 @@ from trmkit.tasks.maze.data import is_shortest_path
 from trmkit.tasks.maze.generate import OPEN, PATH
 
 
-def stablemax_nll(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """-log p(label) under stable-max (model/losses.py), per cell, in float64."""
+BINS = 1000  # thresholds of p(path) for the precision / recall curve
+PRECISION_FLOOR = 0.8
+
+
+def stablemax_probs(logits: np.ndarray) -> np.ndarray:
+    """Stable-max probabilities (model/losses.py) over the last axis, in float64."""
     x = logits.astype(np.float64)
     s = np.where(x >= 0, x + 1, 1 / (1 - np.minimum(x, 0)))
-    picked = np.take_along_axis(s, labels[..., None].astype(np.int64), -1)[..., 0]
-    return -np.log(picked / s.sum(-1))
+    return s / s.sum(-1, keepdims=True)
+
+
+def recall_at_precision(on_path: np.ndarray, off_path: np.ndarray, floor: float) -> float:
+    """The largest recall of any threshold whose precision is at least `floor`, from histograms of
+    p(path) over path cells and over the other open cells (bin i holds p in [i/B, (i+1)/B))."""
+    tp = np.cumsum(on_path[::-1])  # marking every cell with p >= a bin's lower edge, top bin first
+    fp = np.cumsum(off_path[::-1])
+    total = max(1, int(on_path.sum()))
+    ok = tp / np.maximum(1, tp + fp) >= floor
+    return float(tp[ok].max() / total) if ok.any() else 0.0
 
 
 class MazeScorer:
@@ -40,6 +57,8 @@ class MazeScorer:
         self.valid = self.other = self.n = 0
         self.tp = self.marked = self.on_path = self.open = 0
         self.nll = 0.0
+        self.hist_on = np.zeros(BINS, dtype=np.int64)  # p(path) of path cells
+        self.hist_off = np.zeros(BINS, dtype=np.int64)  # p(path) of the other open cells
 
     def add(self, batch: Batch, preds: np.ndarray, q_halt: np.ndarray, logits: np.ndarray | None = None) -> None:
         for i, (question, label, pred) in enumerate(zip(batch.inputs, batch.labels, preds)):
@@ -55,8 +74,16 @@ class MazeScorer:
             self.on_path += int(truth.sum())
             self.open += int((q == OPEN).sum())
             if logits is not None:
-                cells = np.asarray(question) == OPEN
-                self.nll += float(stablemax_nll(logits[i][cells], np.asarray(label)[cells]).sum())
+                self._add_logits(logits[i], np.asarray(question) == OPEN, np.asarray(label))
+
+    def _add_logits(self, logits: np.ndarray, cells: np.ndarray, label: np.ndarray) -> None:
+        probs = stablemax_probs(logits[cells])
+        picked = np.take_along_axis(probs, label[cells][:, None].astype(np.int64), -1)[:, 0]
+        self.nll += float(-np.log(picked).sum())
+        bins = np.minimum((probs[:, PATH] * BINS).astype(np.int64), BINS - 1)
+        truth = label[cells] == PATH
+        self.hist_on += np.bincount(bins[truth], minlength=BINS)
+        self.hist_off += np.bincount(bins[~truth], minlength=BINS)
 
     def result(self) -> dict[str, float]:
         precision = self.tp / max(1, self.marked)
@@ -69,4 +96,5 @@ class MazeScorer:
         if self.nll:
             out["open_cell_loss"] = self.nll / max(1, self.open)
             out["loss_over_base_rate"] = out["open_cell_loss"] / bound if bound else float("nan")
+            out["path_recall_at_precision_0.8"] = recall_at_precision(self.hist_on, self.hist_off, PRECISION_FLOOR)
         return out
