@@ -73,6 +73,10 @@ class ModelConfig:
     #                         meta.json): pooled and added to every token position's input, not mixed
     bag_head: bool = False  # the class logits also read the pooled bag through a linear map of their own (a
     #                         linear path beside the recursion, as a bag-of-words model reads it; docs/email.md)
+    bag_linear: bool = False  # the class logits also add a linear model of the bag's n-gram ids, fitted before
+    #                           training (class-weighted, L2-regularised logistic regression, L-BFGS on the
+    #                           training split; model/bag_linear.py) and then frozen: the recursion learns the rest
+    bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C)
 
     @property
     def network_positions(self) -> int:
@@ -95,9 +99,12 @@ class ModelConfig:
         if self.bag_positions and (not self.num_classes or self.bag_positions >= self.seq_len > 0):
             raise ConfigError(f"model.bag_positions={self.bag_positions}: a bag needs a classifier "
                               "(model.num_classes) and fewer positions than model.seq_len")
-        if self.bag_head and self.seq_len and not self.bag_positions:  # seq_len and the bag: from meta.json
-            raise ConfigError("model.bag_head reads the bag of hashed n-grams: build the store with "
-                              "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
+        for name in ("bag_head", "bag_linear"):
+            if getattr(self, name) and self.seq_len and not self.bag_positions:  # both from meta.json
+                raise ConfigError(f"model.{name} reads the bag of hashed n-grams: build the store with "
+                                  "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
+        if self.bag_linear_c <= 0:
+            raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)")
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 

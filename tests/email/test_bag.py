@@ -98,3 +98,52 @@ def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
     emb = model.embed_tokens.weight
     pooled = torch.stack([emb[30:32].mean(0), emb[32]]) * model.embed_scale  # pads left out
     torch.testing.assert_close(after - before, model.bag_head(pooled).unsqueeze(1))
+
+
+def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_frozen():
+    """model.bag_linear: fitted before training to the optimum of scikit-learn's class-balanced L2 logistic
+    regression on the multi-hot bag (the same predicted probabilities), added to the class logits as
+    buffers (not trained, saved with the weights), and refused without a bag."""
+    import pytest
+    from sklearn.linear_model import LogisticRegression
+
+    from trmkit.config import ConfigError
+    from trmkit.model import bag_linear
+
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3)
+    with pytest.raises(ConfigError, match="--bag N"):
+        ModelConfig(**base, bag_linear=True)
+    with pytest.raises(ConfigError, match="bag_linear_c"):
+        ModelConfig(**base, bag_positions=4, bag_linear=True, bag_linear_c=0)
+    rng = np.random.default_rng(0)
+    n = 90
+    y = rng.integers(0, 3, n)
+    bags = np.zeros((n, 4), dtype=np.int64)
+    for i in range(n):  # each class leans on its own ids, with noise: not separable by one id
+        own = rng.choice(np.arange(20 + 10 * y[i], 30 + 10 * y[i]), 2, replace=False)
+        other = rng.choice(np.arange(20, 50), int(rng.integers(0, 3)), replace=False)
+        ids = np.unique(np.concatenate([own, other]))[:4]
+        bags[i, :len(ids)] = np.sort(ids)
+    inputs = np.concatenate([rng.integers(1, 20, (n, 6)), bags], 1)
+    labels = np.full((n, 10), 3)
+    labels[:, 0] = y
+    torch.manual_seed(0)
+    model = TRM(ModelConfig(**base, bag_positions=4, bag_linear=True))
+    assert not any("bag_linear" in name for name, _ in model.named_parameters())  # frozen: not trained
+    counts = np.bincount(y, minlength=3)
+    weights = torch.tensor(n / (3 * counts), dtype=torch.float32)
+    bag_linear.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
+    x = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    reference = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
+    ours = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    np.testing.assert_allclose(ours, reference.predict_proba(x), atol=2e-3)
+    assert "bag_linear_weight" in model.state_dict()  # saved and restored with the weights
+    carry = model.initial_carry(n)
+    _, _, logits, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
+    with torch.no_grad():
+        model.bag_linear_weight.zero_()
+        model.bag_linear_bias.zero_()
+    _, _, without, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
+    added = torch.softmax(logits[:, 0] - without[:, 0], 1).detach().numpy()  # the forward adds exactly the fitted model
+    np.testing.assert_allclose(added, reference.predict_proba(x), atol=2e-3)

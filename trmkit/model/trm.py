@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from trmkit.config import ModelConfig
+from trmkit.model import bag_linear
 from trmkit.model.layers import Network, rotary_tables
 
 
@@ -111,6 +112,10 @@ class TRM(nn.Module):
             if cfg.bag_head:  # starts at zero: the model begins as the one without it
                 self.bag_head = nn.Linear(D, cfg.num_classes, bias=False)
                 nn.init.zeros_(self.bag_head.weight)
+            if cfg.bag_linear:  # buffers, not parameters: fitted before training (model/bag_linear.py), frozen;
+                nn.init.zeros_(self.class_head.weight)  # the model begins as that fitted model
+                self.register_buffer("bag_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
+                self.register_buffer("bag_linear_bias", torch.zeros(cfg.num_classes))
         else:
             self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
@@ -208,17 +213,25 @@ class TRM(nn.Module):
         read = z_H.mean(dim=1) if self.cfg.mixer == "conv" else z_H[:, 0]
         return self.q_head(read).float()[:, 0]
 
-    def output(self, z_H: torch.Tensor, bag: torch.Tensor | None = None) -> torch.Tensor:
+    def output(self, z_H: torch.Tensor, bag: torch.Tensor | None = None, inputs: torch.Tensor | None = None
+               ) -> torch.Tensor:
         """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
         the mean over the token positions (every position has seen the whole message through the mixer),
-        plus a linear read of the pooled bag with model.bag_head."""
+        plus a linear read of the pooled bag with model.bag_head, plus the fitted linear model of the
+        bag's ids with model.bag_linear."""
         tokens = z_H[:, self.cfg.puzzle_emb_len:]
         if not self.cfg.num_classes:
             return self.lm_head(tokens)
         logits = self.class_head(tokens.mean(dim=1))  # (B, C)
         if self.cfg.bag_head and bag is not None:
             logits = logits + self.bag_head(bag.to(logits.dtype))
+        if self.cfg.bag_linear and inputs is not None:
+            logits = logits.float() + self.bag_linear_logits(inputs)
         return logits.unsqueeze(1)
+
+    def bag_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, C) float32: the sum of the bag's ids' rows of the fitted linear model, plus its bias."""
+        return bag_linear.read(inputs, self.bag_linear_weight, self.bag_linear_bias, self.cfg.bag_positions)
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor):
@@ -229,7 +242,7 @@ class TRM(nn.Module):
             for _ in range(self.cfg.H_cycles - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
         z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
-        logits = self.output(z_H, bag)  # (B, L, V), or (B, 1, C) for a classifier
+        logits = self.output(z_H, bag, inputs)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 

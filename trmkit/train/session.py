@@ -32,6 +32,7 @@ from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
+from trmkit.model import bag_linear
 from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
@@ -411,6 +412,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     ctx = step_context(cfg, data, objective, plan, micro, net, world, log)
     if objective is None and not evaluate_only:
         data.stream = training_stream(cfg, data, world, sampler, log)
+        if cfg.model.bag_linear:  # before training; a resumed run reloads the same fit from its checkpoint
+            bag_linear.fit(model, data.train.inputs, data.train.labels, ctx.label_weights, cfg.model.bag_linear_c, log)
     if not evaluate_only and objective is None:
         data.val = open_val_split(cfg.data.path)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
