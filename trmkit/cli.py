@@ -190,6 +190,9 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "
                         "the task's rules is not counted. Reported apart from the one-shot figures; several, "
                         "e.g. 1,2,4,8, give a curve with the seconds each costs")
+    p.add_argument("--pool", action="store_true",
+                   help="with --steps K1,K2,... and --vote N: also one vote over every variant's answer at every K "
+                        "(N x len(K) ballots)")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -212,7 +215,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     variants = _variants(cfg, session, max(counts), stderr) if counts else None
     with session.run.meter.phase("eval"):
         result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts,
-                                        keep=args.checkpoint is None)
+                                        keep=args.checkpoint is None, pool=args.pool)
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=stderr)

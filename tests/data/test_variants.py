@@ -82,3 +82,26 @@ def test_variant_maps_are_checked():
         Variants(np.array([[1, 0]]), np.array([[0, 1]]))
     with pytest.raises(ValueError, match="permutation"):
         Variants(np.array([[0, 1], [0, 0]]), np.array([[0, 1], [0, 1]]))
+
+
+def test_a_maze_vote_prefers_the_shorter_of_two_paths_over_more_ballots():
+    """Of the ballots that pass the check, the task's ranking (prefer) goes first: a maze's shorter valid
+    path wins against a longer valid one with three times the ballots; without prefer the count wins."""
+    from types import SimpleNamespace
+
+    from trmkit.tasks.maze.generate import GOAL, OPEN, START, WALL
+
+    grid = np.array([[START, OPEN, OPEN, OPEN],
+                     [OPEN, WALL, WALL, OPEN],
+                     [GOAL, WALL, WALL, OPEN],
+                     [OPEN, OPEN, OPEN, OPEN]])
+    inputs = grid.reshape(1, 16)
+    short, long_ = inputs.copy(), inputs.copy()
+    short[0, 4] = PATH  # S, down, G: 1 cell
+    long_[0, [1, 2, 3, 7, 11, 15, 14, 13, 12]] = PATH  # round the walls: 9 cells
+    meta = SimpleNamespace(grid_shape=(4, 4), seq_len=16, vocab_size=6)
+    variants = maze_variants(meta, 1)
+    assert variants.check(inputs, short).all() and variants.check(inputs, long_).all()  # both are paths
+    ballots = [one_hot(long_, 6)] * 3 + [one_hot(short, 6)]
+    np.testing.assert_array_equal(vote(inputs, ballots, variants.check, prefer=variants.prefer), short)
+    np.testing.assert_array_equal(vote(inputs, ballots, variants.check), long_)

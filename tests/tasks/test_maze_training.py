@@ -142,6 +142,15 @@ def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger
     assert "## Test-time supervision steps" in table and "| m11 | 4 |" in table and "(4 variants)" in table
     refused = cli("eval", str(run), "--data", str(root / "m11"), "--vote", "9")
     assert refused.returncode == 2 and "a maze has 8 symmetries" in refused.stderr, refused.stderr
+    pooled = cli("eval", str(run), "run.threads=1", "--data", str(root / "m11"), "--steps", "1,4", "--vote", "2",
+                 "--pool")
+    assert pooled.returncode == 0, pooled.stderr
+    result = json.loads(pooled.stdout)
+    assert result["pooled_vote"]["variants"] == 2 and result["pooled_vote"]["steps"] == [1, 4]
+    assert result["pooled_vote"]["samples"] == result["steps"]["4"]["samples"]
+    assert "(4 ballots)" in pooled.stderr
+    refused = cli("eval", str(run), "--data", str(root / "m11"), "--vote", "2", "--pool")
+    assert refused.returncode == 2 and "--pool votes over the answers at several K" in refused.stderr, refused.stderr
 
 
 def test_eval_of_a_checkpoint_reads_its_ema_weights_and_keeps_the_final_curve(root):

@@ -7,8 +7,10 @@ the example itself. Evaluating with n variants solves each one, undoes its symme
 predicted probabilities, and votes (`vote`):
 - every variant's answer is one ballot; a ballot the task's `check` rejects (a path that does not
   join S to G, a grid that breaks a Sudoku rule) is not counted;
-- the answer with most ballots wins; a tie goes to the higher summed confidence (the mean over
-  cells of the winning token's probability);
+- a task that can rank its valid answers without the label (`prefer`: a maze prefers the shorter
+  of two paths from S to G, since the answer asked for is the shortest) has the best-ranked answer
+  win; among answers ranked alike, the one with most ballots wins, and a tie goes to the higher
+  summed confidence (the mean over cells of the winning token's probability);
 - when no ballot passes the check (or the task has none), the answer is the argmax of the mean
   probabilities over the variants.
 The check looks only at the example's input and the proposed answer, never at the label.
@@ -23,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 Check = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (inputs (b, L), answers (b, L)) -> (b,) bool
+Prefer = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (inputs (b, L), answers (b, L)) -> (b,) float, higher first
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Variants:
     cells: np.ndarray  # (n, L) int: variant v's position j holds the example's position cells[v, j]
     tokens: np.ndarray  # (n, V) int: a token t of the example becomes tokens[v, t]
     check: Check | None = None  # rejects answers that break the task's rules (without the label)
+    prefer: Prefer | None = None  # ranks the answers that pass the check (without the label); higher wins
 
     def __post_init__(self) -> None:
         n, length = self.cells.shape
@@ -59,9 +63,10 @@ class Variants:
 
 
 def vote(inputs: np.ndarray, probs: list[np.ndarray], check: Check | None,
-         passed: np.ndarray | None = None) -> np.ndarray:
+         passed: np.ndarray | None = None, prefer: Prefer | None = None) -> np.ndarray:
     """Combine the undone probabilities of n variants (each (b, L, V)) into answers (b, L).
-    passed (n, b): the check's verdicts on each variant's argmax, when the caller already has them."""
+    passed (n, b): the check's verdicts on each variant's argmax, when the caller already has them;
+    prefer: the task's ranking of answers that pass (higher first), before the count of ballots."""
     stacked = np.stack(probs)  # (n, b, L, V)
     fallback = stacked.mean(0).argmax(-1)  # (b, L)
     if check is None:
@@ -70,14 +75,14 @@ def vote(inputs: np.ndarray, probs: list[np.ndarray], check: Check | None,
     confidence = stacked.max(-1).mean(-1)  # (n, b)
     if passed is None:
         passed = np.stack([check(inputs, a) for a in answers])  # (n, b)
+    rank = np.stack([prefer(inputs, a) for a in answers]) if prefer is not None else np.zeros(passed.shape)
     out = fallback.copy()
     for i in range(answers.shape[1]):
-        ballots: dict[bytes, tuple[int, float, int]] = {}
+        ballots: dict[bytes, tuple[float, int, float, int]] = {}
         for v in np.flatnonzero(passed[:, i]):
             key = answers[v, i].tobytes()
-            count, conf, first = ballots.get(key, (0, 0.0, int(v)))
-            ballots[key] = (count + 1, conf + float(confidence[v, i]), first)
+            _, count, conf, first = ballots.get(key, (0.0, 0, 0.0, int(v)))
+            ballots[key] = (float(rank[v, i]), count + 1, conf + float(confidence[v, i]), first)
         if ballots:
-            out[i] = answers[max(ballots.values(), key=lambda b: (b[0], b[1]))[2], i]
+            out[i] = answers[max(ballots.values(), key=lambda b: b[:3])[3], i]
     return out
-

@@ -3,6 +3,8 @@
 - More thinking: `--steps 8,16,32,64` evaluates with K supervision steps per example instead of the
   trained N_sup (the weights do not depend on it); a curve is kept in RUN_DIR/eval_steps.json per
   evaluated store, for `trmkit report`.
+- Pooling: `--steps 16,32,64 --vote 8 --pool` also votes once over every variant's answer at every K
+  (8 x 3 ballots, one pass per variant to the largest K): the answers a longer think loses are kept.
 - Voting: `--vote 1,2,4,8` solves n symmetric variants of each example (the task's `Variants`,
   data/variants.py), undoes each symmetry on the predicted probabilities and votes; a ballot that
   breaks the task's rules is not counted. The n variants of a curve are the first n of the largest
@@ -64,11 +66,15 @@ def parse_counts(text: str | None) -> list[int]:
 
 
 def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print,
-                  variants: Variants | None = None, counts: list[int] | None = None, keep: bool = True) -> dict:
+                  variants: Variants | None = None, counts: list[int] | None = None, keep: bool = True,
+                  pool: bool = False) -> dict:
     """The evaluation with N_sup = K supervision steps per example, and with `counts` the vote over
     that many variants at each K (under "vote": {n: metrics}). One K -> its metrics (and "steps": K);
     several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json for the
-    report when `keep` (the final weights' curve; not a checkpoint's)."""
+    report when `keep` (the final weights' curve; not a checkpoint's). `pool`: also the vote over the
+    largest count's variants at every K ("pooled_vote")."""
+    if pool and not (counts and len(steps) > 1):
+        raise ConfigError("--pool votes over the answers at several K: give --steps K1,K2,... and --vote N")
     trained, curve = s.model.cfg, {}
     try:
         for k in steps or [trained.halt_max_steps]:
@@ -84,12 +90,13 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
     if len(steps) <= 1:
         only = next(iter(curve.values()))
         return {**only, "steps": steps[0]} if steps else only
+    pooled = {"pooled_vote": run_pooled_vote(s, variants, max(counts), steps, limit, log)} if pool else {}
     if keep:
         path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
         kept = json.loads(path.read_text()) if path.is_file() else {}
         kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
         files.write_json(path, kept)
-    return {"steps": curve, "trained_steps": trained.halt_max_steps}
+    return {"steps": curve, "trained_steps": trained.halt_max_steps, **pooled}
 
 
 # --------------------------------------------------------------------------- voting
@@ -122,6 +129,54 @@ def run_vote(s: Session, variants: Variants | None, counts: list[int], limit: in
         log(f"eval: vote over {n} variant(s) at K={s.model.cfg.halt_max_steps}: exact_accuracy "
             f"{r['exact_accuracy']:.3f} ({r['seconds']:.0f} s)")
     return result
+
+
+def run_pooled_vote(s: Session, variants: Variants | None, n: int, steps: list[int], limit: int | None = None,
+                    log: Log = print) -> dict:
+    """One vote over n variants x len(steps) ballots: each variant's answer after each K of steps."""
+    split = s.data.test
+    if variants is None or split is None or len(variants) < n:
+        raise ConfigError(f"{s.cfg.data.path}: --pool needs a test split and {n} variants of its task")
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
+    ballots = n * len(steps)
+    tally = _Tally([ballots], s.ctx, s.scorer, split)
+    with ema_weights(s.model, s.opts.ema):
+        was_training = s.model.training
+        s.model.eval()
+        try:
+            for batch in eval_batches(split, size, limit):
+                tally.add(batch, *_solve_variants_at(s, batch, variants, n, steps), variants)
+        finally:
+            s.model.train(was_training)
+    result = {**tally.result()[ballots], "variants": n, "steps": list(steps)}
+    log(f"eval: vote over {n} variant(s) x K={','.join(map(str, steps))} ({ballots} ballots): exact_accuracy "
+        f"{result['exact_accuracy']:.3f} ({result['seconds']:.0f} s)")
+    return result
+
+
+@torch.no_grad()
+def _solve_variants_at(s: Session, batch, variants: Variants, n: int, steps: list[int]
+                       ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+    """As _solve_variants, with each variant's probabilities after every K of steps (one pass per
+    variant to the largest K); a variant's seconds go to its first ballot."""
+    inputs = np.asarray(batch.inputs)
+    pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(s.ctx.device, torch.int64)
+    probs, seconds, q_first = [], [], None
+    for v in range(n):
+        t0 = time.perf_counter()
+        x = torch.from_numpy(variants.apply(inputs, v)).to(s.ctx.device)
+        carry = s.model.initial_carry(x.shape[0], s.ctx.device)
+        z_H, z_L = carry.z_H, carry.z_L
+        for k in range(1, max(steps) + 1):
+            with s.ctx.autocast():
+                z_H, z_L, logits, q = s.model(z_H, z_L, x, pids)
+            if k in steps:
+                probs.append(variants.undo(log_stablemax(logits.float()).exp().cpu().numpy(), v))
+                seconds.append(0.0)
+        q_first = q.float().cpu().numpy() if q_first is None else q_first
+        seconds[-len(steps)] = time.perf_counter() - t0
+    return probs, q_first, seconds
 
 
 @torch.no_grad()
@@ -159,7 +214,8 @@ class _Tally:
         checking = time.perf_counter() - t0
         for n in self.counts:
             t0 = time.perf_counter()
-            answers = vote(inputs, probs[:n], variants.check, None if passed is None else passed[:n])  # (b, L)
+            answers = vote(inputs, probs[:n], variants.check, None if passed is None else passed[:n],
+                           variants.prefer)  # (b, L)
             t = self.totals[n]
             t["seconds"] += sum(seconds[:n]) + checking * n / len(probs) + time.perf_counter() - t0
             scored = labels >= 0

@@ -3,7 +3,8 @@
 A turned or mirrored maze has the turned or mirrored shortest path, so each variant's answer,
 turned back, is a ballot. A ballot counts only when its marked cells are a path: they join S to
 G through open cells with no cell to spare (data.is_path: it reads the input alone, not the
-label nor a solver's shortest path).
+label nor a solver's shortest path). Of two ballots that are paths, the shorter wins (`prefer`): the
+answer asked for is the shortest path, and a path's length is read from the answer alone.
 """
 
 from __future__ import annotations
@@ -30,5 +31,8 @@ def maze_variants(meta: StoreMeta, count: int) -> Variants:
         return np.array([is_path(q.reshape(shape), (a.reshape(shape) == PATH) & (q.reshape(shape) == OPEN))
                          for q, a in zip(np.asarray(inputs), np.asarray(answers))], dtype=bool)
 
+    def prefer(inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
+        return -((np.asarray(answers) == PATH) & (np.asarray(inputs) == OPEN)).sum(1).astype(float)
+
     tokens = np.tile(np.arange(meta.vocab_size), (count, 1))  # a symmetry keeps every token
-    return Variants(dihedral_cells(rows)[:count], tokens, check)
+    return Variants(dihedral_cells(rows)[:count], tokens, check, prefer)
