@@ -113,18 +113,8 @@ def run_vote(s: Session, variants: Variants | None, counts: list[int], limit: in
                           "(Task.variants, docs/tasks.md); evaluate without --vote")
     if len(variants) < max(counts):
         raise ConfigError(f"--vote {max(counts)}: only {len(variants)} variants were made")
-    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
-    size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
-    tally = _Tally(counts, s.ctx, s.scorer, split)
-    with ema_weights(s.model, s.opts.ema):
-        was_training = s.model.training
-        s.model.eval()
-        try:
-            for batch in eval_batches(split, size, limit):
-                tally.add(batch, *_solve_variants(s, batch, variants, max(counts)), variants)
-        finally:
-            s.model.train(was_training)
-    result = tally.result()
+    solve = lambda batch: _solve_variants(s, batch, variants, max(counts))  # noqa: E731
+    result = _tally_split(s, counts, solve, variants, limit)
     for n, r in result.items():
         log(f"eval: vote over {n} variant(s) at K={s.model.cfg.halt_max_steps}: exact_accuracy "
             f"{r['exact_accuracy']:.3f} ({r['seconds']:.0f} s)")
@@ -137,22 +127,30 @@ def run_pooled_vote(s: Session, variants: Variants | None, n: int, steps: list[i
     split = s.data.test
     if variants is None or split is None or len(variants) < n:
         raise ConfigError(f"{s.cfg.data.path}: --pool needs a test split and {n} variants of its task")
+    ballots = n * len(steps)
+    solve = lambda batch: _solve_variants_at(s, batch, variants, n, steps)  # noqa: E731
+    result = {**_tally_split(s, [ballots], solve, variants, limit)[ballots], "variants": n, "steps": list(steps)}
+    log(f"eval: vote over {n} variant(s) x K={','.join(map(str, steps))} ({ballots} ballots): exact_accuracy "
+        f"{result['exact_accuracy']:.3f} ({result['seconds']:.0f} s)")
+    return result
+
+
+def _tally_split(s: Session, counts: list[int], solve: Callable, variants: Variants, limit: int | None
+                 ) -> dict[int, dict]:
+    """The votes over the first n ballots for each n in counts, on the test split, with EMA weights in
+    eval mode; solve(batch) -> (ballots' probabilities, halting logits, seconds per ballot)."""
     limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
     size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
-    ballots = n * len(steps)
-    tally = _Tally([ballots], s.ctx, s.scorer, split)
+    tally = _Tally(counts, s.ctx, s.scorer, s.data.test)
     with ema_weights(s.model, s.opts.ema):
         was_training = s.model.training
         s.model.eval()
         try:
-            for batch in eval_batches(split, size, limit):
-                tally.add(batch, *_solve_variants_at(s, batch, variants, n, steps), variants)
+            for batch in eval_batches(s.data.test, size, limit):
+                tally.add(batch, *solve(batch), variants)
         finally:
             s.model.train(was_training)
-    result = {**tally.result()[ballots], "variants": n, "steps": list(steps)}
-    log(f"eval: vote over {n} variant(s) x K={','.join(map(str, steps))} ({ballots} ballots): exact_accuracy "
-        f"{result['exact_accuracy']:.3f} ({result['seconds']:.0f} s)")
-    return result
+    return tally.result()
 
 
 @torch.no_grad()
