@@ -28,7 +28,7 @@ from trmkit.config import ConfigError
 from trmkit.data.stream import eval_batches
 from trmkit.data.variants import Variants, vote
 from trmkit.model.losses import log_stablemax
-from trmkit.train.evaluate import run_eval, think
+from trmkit.train.evaluate import run_eval
 from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
 from trmkit.train.step import StepContext, labels_to_tensor
@@ -177,22 +177,10 @@ def _solve_variants_at(s: Session, batch, variants: Variants, n: int, steps: lis
     return probs, q_first, seconds
 
 
-@torch.no_grad()
 def _solve_variants(s: Session, batch, variants: Variants, n: int) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
-    """Each variant's probabilities (b, L, V), turned back to the example's frame; the halting
-    logits of the example itself; the seconds each variant took."""
-    inputs = np.asarray(batch.inputs)
-    pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(s.ctx.device, torch.int64)
-    probs, seconds, q_first = [], [], None
-    for v in range(n):
-        t0 = time.perf_counter()
-        x = torch.from_numpy(variants.apply(inputs, v)).to(s.ctx.device)
-        logits, q, _ = think(s.model, x, pids, s.ctx)
-        p = log_stablemax(logits.float()).exp().cpu().numpy()  # (b, L, V), the loss's own probabilities
-        probs.append(variants.undo(p, v))
-        q_first = q.float().cpu().numpy() if q_first is None else q_first
-        seconds.append(time.perf_counter() - t0)
-    return probs, q_first, seconds
+    """Each variant's probabilities (b, L, V) after the model's N_sup steps, turned back to the example's
+    frame; the halting logits of the example itself; the seconds each variant took."""
+    return _solve_variants_at(s, batch, variants, n, [s.model.cfg.halt_max_steps])
 
 
 class _Tally:
