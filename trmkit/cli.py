@@ -190,9 +190,10 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "
                         "the task's rules is not counted. Reported apart from the one-shot figures; several, "
                         "e.g. 1,2,4,8, give a curve with the seconds each costs")
-    p.add_argument("--pool", action="store_true",
+    p.add_argument("--pool", nargs="?", const="listed", default=None, choices=["listed", "every"],
                    help="with --steps K1,K2,... and --vote N: also one vote over every variant's answer at every K "
-                        "(N x len(K) ballots)")
+                        "(N x len(K) ballots); `--pool every`: at every K from the smallest to the largest of --steps "
+                        "(the answers between them cost one check each, no more network calls)")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -215,7 +216,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     variants = _variants(cfg, session, max(counts), stderr) if counts else None
     with session.run.meter.phase("eval"):
         result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts,
-                                        keep=args.checkpoint is None, pool=args.pool)
+                                        keep=args.checkpoint is None,
+                                        pool=testtime.pool_steps(args.pool, steps))
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=stderr)

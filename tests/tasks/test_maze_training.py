@@ -149,6 +149,12 @@ def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger
     assert result["pooled_vote"]["variants"] == 2 and result["pooled_vote"]["steps"] == [1, 4]
     assert result["pooled_vote"]["samples"] == result["steps"]["4"]["samples"]
     assert "(4 ballots)" in pooled.stderr
+    every = cli("eval", str(run), "run.threads=1", "--data", str(root / "m11"), "--steps", "1,4", "--vote", "2",
+                "--pool", "every")  # the answers at K = 2 and 3 join the vote, from the same passes
+    assert every.returncode == 0, every.stderr
+    wide = json.loads(every.stdout)["pooled_vote"]
+    assert wide["steps"] == [1, 2, 3, 4] and "(8 ballots)" in every.stderr
+    assert wide["valid_path_accuracy"] >= result["pooled_vote"]["valid_path_accuracy"]  # a superset of ballots
     refused = cli("eval", str(run), "--data", str(root / "m11"), "--vote", "2", "--pool")
     assert refused.returncode == 2 and "--pool votes over the answers at several K" in refused.stderr, refused.stderr
 

@@ -65,15 +65,23 @@ def parse_counts(text: str | None) -> list[int]:
     return counts
 
 
+def pool_steps(mode: str | None, steps: list[int]) -> list[int] | None:
+    """The K whose answers `--pool` puts to one vote: "listed" -> the --steps given; "every" -> every K
+    from the smallest to the largest of them (one pass to the largest K reads them all); None -> no pool."""
+    if mode is None or not steps:
+        return [] if mode else None
+    return list(range(min(steps), max(steps) + 1)) if mode == "every" else sorted(steps)
+
+
 def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print,
                   variants: Variants | None = None, counts: list[int] | None = None, keep: bool = True,
-                  pool: bool = False) -> dict:
+                  pool: list[int] | None = None) -> dict:
     """The evaluation with N_sup = K supervision steps per example, and with `counts` the vote over
     that many variants at each K (under "vote": {n: metrics}). One K -> its metrics (and "steps": K);
     several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json for the
-    report when `keep` (the final weights' curve; not a checkpoint's). `pool`: also the vote over the
-    largest count's variants at every K ("pooled_vote")."""
-    if pool and not (counts and len(steps) > 1):
+    report when `keep` (the final weights' curve; not a checkpoint's). `pool` (pool_steps): also one vote
+    over the largest count's variants at each of those K ("pooled_vote")."""
+    if pool is not None and not (counts and len(steps) > 1):
         raise ConfigError("--pool votes over the answers at several K: give --steps K1,K2,... and --vote N")
     trained, curve = s.model.cfg, {}
     try:
@@ -90,7 +98,7 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
     if len(steps) <= 1:
         only = next(iter(curve.values()))
         return {**only, "steps": steps[0]} if steps else only
-    pooled = {"pooled_vote": run_pooled_vote(s, variants, max(counts), steps, limit, log)} if pool else {}
+    pooled = {"pooled_vote": run_pooled_vote(s, variants, max(counts), pool, limit, log)} if pool else {}
     if keep:
         path = rundir.path(s.cfg.run.dir, rundir.EVAL_STEPS)
         kept = json.loads(path.read_text()) if path.is_file() else {}
@@ -130,7 +138,8 @@ def run_pooled_vote(s: Session, variants: Variants | None, n: int, steps: list[i
     ballots = n * len(steps)
     solve = lambda batch: _solve_variants_at(s, batch, variants, n, steps)  # noqa: E731
     result = {**_tally_split(s, [ballots], solve, variants, limit)[ballots], "variants": n, "steps": list(steps)}
-    log(f"eval: vote over {n} variant(s) x K={','.join(map(str, steps))} ({ballots} ballots): exact_accuracy "
+    listed = ','.join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]},{steps[1]},...,{steps[-1]}"
+    log(f"eval: vote over {n} variant(s) x K={listed} ({ballots} ballots): exact_accuracy "
         f"{result['exact_accuracy']:.3f} ({result['seconds']:.0f} s)")
     return result
 
