@@ -77,6 +77,8 @@ class ModelConfig:
     #                           training (class-weighted, L2-regularised logistic regression, L-BFGS on the
     #                           training split; model/bag_linear.py) and then frozen: the recursion learns the rest
     bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C)
+    bag_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training steps
+    #                            add each message's out-of-fold logits (stacking), evaluation the whole fit's
 
     @property
     def network_positions(self) -> int:
@@ -103,6 +105,9 @@ class ModelConfig:
             if getattr(self, name) and self.seq_len and not self.bag_positions:  # both from meta.json
                 raise ConfigError(f"model.{name} reads the bag of hashed n-grams: build the store with "
                                   "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
+        if self.bag_linear_folds and (self.bag_linear_folds < 2 or not self.bag_linear):
+            raise ConfigError(f"model.bag_linear_folds={self.bag_linear_folds}: give 0 (off) or K >= 2 folds, "
+                              "with model.bag_linear=true")
         if self.bag_linear_c <= 0:
             raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)")
         if self.mlp_width < 0:

@@ -147,3 +147,53 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
     _, _, without, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
     added = torch.softmax(logits[:, 0] - without[:, 0], 1).detach().numpy()  # the forward adds exactly the fitted model
     np.testing.assert_allclose(added, reference.predict_proba(x), atol=2e-3)
+
+
+def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not_see_the_message():
+    """model.bag_linear_folds=K: K more fits, each the optimum without one fold (scikit-learn's, with the same
+    sample weights); a training forward adds each message's out-of-fold logits, an evaluation the whole fit's."""
+    import pytest
+    from sklearn.linear_model import LogisticRegression
+
+    from trmkit.config import ConfigError
+    from trmkit.model import bag_linear
+
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
+                bag_positions=4)
+    for wrong in (dict(bag_linear_folds=1, bag_linear=True), dict(bag_linear_folds=3)):
+        with pytest.raises(ConfigError, match="bag_linear_folds"):
+            ModelConfig(**base, **wrong)
+    rng = np.random.default_rng(1)
+    n = 120
+    y = rng.integers(0, 3, n)
+    bags = np.zeros((n, 4), dtype=np.int64)
+    for i in range(n):
+        ids = np.unique(np.concatenate([rng.choice(np.arange(20 + 10 * y[i], 30 + 10 * y[i]), 2, replace=False),
+                                        rng.choice(np.arange(20, 50), 2, replace=False)]))[:4]
+        bags[i, :len(ids)] = ids
+    inputs = np.concatenate([rng.integers(1, 20, (n, 6)), bags], 1)
+    labels = np.full((n, 10), 3)
+    labels[:, 0] = y
+    weights = torch.tensor(n / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
+    model = TRM(ModelConfig(**base, bag_linear=True, bag_linear_folds=3))
+    out = bag_linear.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
+    fold = bag_linear.fold_of(torch.from_numpy(bags), 3).numpy()
+    assert set(fold) == {0, 1, 2}
+    np.testing.assert_array_equal(fold, bag_linear.fold_of(torch.from_numpy(bags[:, ::-1].copy()), 3).numpy())
+    x = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    expected = np.zeros((n, 3))
+    for k in range(3):
+        kept = fold != k
+        ref = LogisticRegression(C=1.0, max_iter=5000, tol=1e-8).fit(x[kept], y[kept],
+                                                                     sample_weight=weights.numpy()[y[kept]])
+        expected[~kept] = ref.predict_proba(x[~kept])
+    model.train()
+    oof = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    np.testing.assert_allclose(oof, expected, atol=2e-3)
+    assert out["out_of_fold_accuracy"] == pytest.approx(float((expected.argmax(1) == y).mean()))
+    assert out["out_of_fold_accuracy"] < out["train_accuracy"]  # the point: it sees errors the whole fit hides
+    model.eval()
+    whole = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    full = LogisticRegression(C=1.0, max_iter=5000, tol=1e-8).fit(x, y, sample_weight=weights.numpy()[y])
+    np.testing.assert_allclose(whole, full.predict_proba(x), atol=2e-3)

@@ -15,6 +15,13 @@ frozen (buffers, not parameters). Why fitted and not trained with the rest: on a
 the same linear model trained by Adam beside the recursion stops well short of that optimum and
 generalises worse (docs/email.md). The recursion's own head starts beside it and learns what it
 leaves; a run resumed from a checkpoint reloads the fitted weights with the rest.
+
+Out of fold (model.bag_linear_folds = K >= 2): the fitted model classifies its own training split
+almost perfectly, so the recursion, trained on those logits, sees few errors to learn from. With K
+folds it is also fitted K times, each time without one fold of the training split, and a training
+step adds to each message the logits of the fit that did not see it (stacking); evaluation and
+inference use the fit on the whole split. A message's fold is a hash of its bag's ids (`fold_of`):
+the model reads it from the input alone, and identical bags share a fold.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
+HASH_MULTIPLIER, HASH_PRIME = 2654435761, 2147483647  # a bag's fold: sum of its ids' hashes, mod K
 
 
 def multi_hot(ids: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -45,20 +53,80 @@ def read(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, positio
     return (torch.nn.functional.embedding(ids, weight) * present).sum(1) + bias
 
 
+def fold_of(ids: torch.Tensor, folds: int) -> torch.Tensor:
+    """(B,) int64 in 0..folds-1: each row's fold, a hash of its bag's ids (order does not matter, pads add 0)."""
+    return ((ids.long() * HASH_MULTIPLIER) % HASH_PRIME).sum(1) % folds
+
+
+def read_out_of_fold(inputs: torch.Tensor, weights: torch.Tensor, biases: torch.Tensor, positions: int
+                     ) -> torch.Tensor:
+    """As `read`, each row with the fit of its own fold's model (weights (K, vocab, C), biases (K, C)):
+    the one fitted without the messages of that fold."""
+    folds, vocab, classes = weights.shape
+    ids = inputs[:, -positions:].long()
+    fold = fold_of(ids, folds)
+    present = (ids != 0).unsqueeze(-1).float()
+    rows = torch.nn.functional.embedding(ids + (fold * vocab).unsqueeze(1), weights.reshape(folds * vocab, classes))
+    return (rows * present).sum(1) + biases[fold]
+
+
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
         c: float, log: Log = print) -> dict[str, float]:
     """Fit model.bag_linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
-    at position 0); returns what the fit reached, and logs it."""
+    at position 0), and with model.bag_linear_folds also one model per fold without that fold
+    (model.bag_linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it."""
     cfg = model.cfg
     start = time.perf_counter()
-    x = multi_hot(np.asarray(inputs)[:, -cfg.bag_positions:], cfg.vocab_size)
+    ids = np.asarray(inputs)[:, -cfg.bag_positions:]
     y = torch.from_numpy(np.asarray(labels)[:, 0].astype(np.int64))
     if int(y.max()) >= cfg.num_classes or int(y.min()) < 0:
         raise ValueError(f"model.bag_linear: training labels outside 0..{cfg.num_classes - 1}")
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
-    weight = torch.zeros(cfg.vocab_size, cfg.num_classes, requires_grad=True)
-    bias = torch.zeros(cfg.num_classes, requires_grad=True)
+    weight, bias, out = _fit_one(multi_hot(ids, cfg.vocab_size), y, w, cfg.num_classes, c)
+    with torch.no_grad():
+        model.bag_linear_weight.copy_(weight.to(model.bag_linear_weight.device))
+        model.bag_linear_bias.copy_(bias.to(model.bag_linear_bias.device))
+    seconds = time.perf_counter() - start
+    log(f"model: bag_linear fitted (logistic regression on the bag's ids, C={c:g}, {len(y)} training messages, "
+        f"{out['iterations']} L-BFGS iterations, {seconds:.1f} s): objective {out['objective']:.4f}, training "
+        f"accuracy {out['train_accuracy']:.3f}; frozen, the recursion's head learns beside it")
+    if cfg.bag_linear_folds:
+        out["out_of_fold_accuracy"] = _fit_folds(model, ids, y, w, c, log)
+    return {**out, "seconds": time.perf_counter() - start}
+
+
+def _fit_folds(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, c: float, log: Log
+               ) -> float:
+    """Fit one model per fold on the other folds into the fold buffers; the accuracy of each message's
+    out-of-fold model on it (what the training steps will add)."""
+    cfg, start = model.cfg, time.perf_counter()
+    fold = fold_of(torch.from_numpy(ids.astype(np.int64)), cfg.bag_linear_folds).numpy()
+    right = 0
+    for k in range(cfg.bag_linear_folds):
+        held, kept = fold == k, fold != k
+        if not kept.any() or len(np.unique(y.numpy()[kept])) < 2:
+            raise ValueError(f"model.bag_linear_folds={cfg.bag_linear_folds}: fold {k} leaves {int(kept.sum())} "
+                             "training message(s) of fewer than 2 classes to fit on; use fewer folds")
+        weight, bias, _ = _fit_one(multi_hot(ids[kept], cfg.vocab_size), y[kept], w[kept], cfg.num_classes, c)
+        with torch.no_grad():
+            model.bag_linear_fold_weight[k].copy_(weight.to(model.bag_linear_fold_weight.device))
+            model.bag_linear_fold_bias[k].copy_(bias.to(model.bag_linear_fold_bias.device))
+            if held.any():
+                logits = torch.sparse.mm(multi_hot(ids[held], cfg.vocab_size), weight) + bias
+                right += int((logits.argmax(1) == y[held]).sum())
+    accuracy = right / len(y)
+    log(f"model: bag_linear_folds={cfg.bag_linear_folds} -> {cfg.bag_linear_folds} more fits, each without one fold "
+        f"of the training split ({time.perf_counter() - start:.1f} s); training steps add each message's "
+        f"out-of-fold logits (accuracy {accuracy:.3f} on the messages it did not see), evaluation the whole fit's")
+    return accuracy
+
+
+def _fit_one(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, classes: int, c: float
+             ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """The optimum of the class-weighted L2 logistic regression on multi-hot x (N, vocab) by L-BFGS."""
+    weight = torch.zeros(x.shape[1], classes, requires_grad=True)
+    bias = torch.zeros(classes, requires_grad=True)
     n = len(y)
 
     def objective() -> torch.Tensor:
@@ -79,11 +147,5 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     with torch.no_grad():
         loss = float(objective())
         accuracy = float(((torch.sparse.mm(x, weight) + bias).argmax(1) == y).float().mean())
-        model.bag_linear_weight.copy_(weight.to(model.bag_linear_weight.device))
-        model.bag_linear_bias.copy_(bias.to(model.bag_linear_bias.device))
     iterations = int(opt.state[opt._params[0]].get("n_iter", 0))
-    seconds = time.perf_counter() - start
-    log(f"model: bag_linear fitted (logistic regression on the bag's ids, C={c:g}, {n} training messages, "
-        f"{iterations} L-BFGS iterations, {seconds:.1f} s): objective {loss:.4f}, training accuracy "
-        f"{accuracy:.3f}; frozen, the recursion's head learns beside it")
-    return {"objective": loss, "train_accuracy": accuracy, "iterations": iterations, "seconds": seconds}
+    return weight.detach(), bias.detach(), {"objective": loss, "train_accuracy": accuracy, "iterations": iterations}
