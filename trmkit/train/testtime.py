@@ -4,7 +4,8 @@
   trained N_sup (the weights do not depend on it); a curve is kept in RUN_DIR/eval_steps.json per
   evaluated store, for `trmkit report`.
 - Pooling: `--steps 16,32,64 --vote 8 --pool` also votes once over every variant's answer at every K
-  (8 x 3 ballots, one pass per variant to the largest K): the answers a longer think loses are kept.
+  (8 x 3 ballots, one pass per variant to the largest K): the answers a longer think loses are kept;
+  `--pool every` takes the answers after every K from the smallest to the largest (same passes).
 - Voting: `--vote 1,2,4,8` solves n symmetric variants of each example (the task's `Variants`,
   data/variants.py), undoes each symmetry on the predicted probabilities and votes; a ballot that
   breaks the task's rules is not counted. The n variants of a curve are the first n of the largest
