@@ -175,12 +175,18 @@ def test_baseline_runs_on_the_same_split(trained, capsys):
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     test_n = json.loads((tmp / "store" / "test" / "meta.json").read_text())["num_examples"]
-    assert result["baseline"]["n"] == test_n == result["trm"]["n"]
-    assert "macro-F1" in captured.err
+    assert result["baseline"]["n"] == test_n == result["trm"]["n"] == result["baseline_balanced"]["n"]
+    assert result["baseline"]["settings"]["class_weight"] is None
+    assert result["baseline_balanced"]["settings"]["class_weight"] == "balanced"
+    assert result["stronger"] == max(("baseline", "baseline_balanced"), key=lambda k: result[k]["macro_f1"])
+    for key in ("trm_minus_baseline", "trm_minus_baseline_balanced"):
+        side = result[key.replace("trm_minus_", "")]
+        assert abs(result[key]["macro_f1"] - (result["trm"]["macro_f1"] - side["macro_f1"])) < 1e-9
+    assert "macro-F1" in captured.err and "TRM - LR bal." in captured.err
 
 
 def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(trained, tmp_path, capsys):
-    """--bag: the whole message as hashed n-grams beside the tokens, through train, export and
+    """--bag: the whole message as word n-grams beside the tokens, through train, export and
     predict; every prediction names its source and all probabilities; --threshold makes 'uncertain'."""
     tmp, source = trained
     store, run, bundle = tmp_path / "store", tmp_path / "run", tmp_path / "bundle"

@@ -321,14 +321,20 @@ def run_baseline(args: argparse.Namespace) -> int:
     classes = json.loads((data / "train" / META_FILE).read_text()).get("classes", [])
     train_x, train_y = store_texts(data, "train")
     test_x, test_y = store_texts(data, "test")
-    result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes)}
+    result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes),
+              "baseline_balanced": baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
+    result["stronger"] = max(BASELINES, key=lambda k: result[k]["macro_f1"])
     if args.run:
         trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
         result["trm"] = trm.get("summary", trm)
-        result["trm_minus_baseline"] = paired_difference(trm, result["baseline"], classes)
+        for key in BASELINES:
+            result[key.replace("baseline", "trm_minus_baseline")] = paired_difference(trm, result[key], classes)
     print(json.dumps(result, indent=2))
     _stderr(side_by_side(result, classes))
     return 0
+
+
+BASELINES = ("baseline", "baseline_balanced")  # TF-IDF + LR without and with class_weight="balanced"
 
 
 def paired_difference(trm: dict, base: dict, classes: list[str]) -> dict:
@@ -354,20 +360,24 @@ def side_by_side(result: dict, classes: list[str]) -> str:
     """A small table: accuracy, macro-F1 and per-class F1 of the baseline (and the TRM)."""
     from trmkit.tasks.classify import SMALL_CLASS
 
-    cols = [k for k in ("baseline", "trm") if k in result]
+    cols = [k for k in (*BASELINES, "trm") if k in result]
+    names = {"baseline": "LR", "baseline_balanced": "LR bal.", "trm": "TRM"}
     rows = [("accuracy", lambda r: r["accuracy"]), ("macro-F1", lambda r: r["macro_f1"])]
     rows += [(f"F1 {c}", lambda r, c=c: r["per_class"][c]["f1"]) for c in classes]
-    lines = ["metric".ljust(24) + "".join(c.rjust(10) for c in cols)]
+    lines = ["metric".ljust(24) + "".join(names[c].rjust(10) for c in cols)]
     for name, get in rows:
         lines.append(name.ljust(24) + "".join(f"{get(result[c]):10.4f}" for c in cols))
     for c in cols:
         ci = result[c].get("ci95", {}).get("macro_f1")
         if ci:
-            lines.append(f"{c}: macro-F1 95% interval {ci[0]:.4f}-{ci[1]:.4f} (bootstrap over test messages)")
-    if "trm_minus_baseline" in result:
-        d = result["trm_minus_baseline"]
-        lines.append(f"TRM - baseline macro-F1 {d['macro_f1']:+.4f}, 95% interval {d['ci95'][0]:+.4f} to "
-                     f"{d['ci95'][1]:+.4f} (paired bootstrap, {d['rounds']} rounds)")
+            lines.append(f"{names[c]}: macro-F1 95% interval {ci[0]:.4f}-{ci[1]:.4f} (bootstrap over test messages)")
+    lines.append(f"LR: TF-IDF + logistic regression; LR bal.: the same with class_weight=balanced; the stronger "
+                 f"here: {names[result['stronger']]}")
+    for key in BASELINES:
+        d = result.get(key.replace("baseline", "trm_minus_baseline"))
+        if d:
+            lines.append(f"TRM - {names[key]} macro-F1 {d['macro_f1']:+.4f}, 95% interval {d['ci95'][0]:+.4f} to "
+                         f"{d['ci95'][1]:+.4f} (paired bootstrap, {d['rounds']} rounds)")
     small = result["baseline"].get("small_classes", [])
     if small:
         lines.append(f"WARNING: fewer than {SMALL_CLASS} test messages in {', '.join(small)}: their F1 is noise-level")
