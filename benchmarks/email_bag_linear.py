@@ -1,6 +1,7 @@
 """What does the recursion add to model.bag_linear? A run's test predictions against the fitted linear
-model of the bag alone (the same fit the run started from: class-balanced L2 logistic regression on the
-training split's bag ids, model/bag_linear.py), on the same test messages, with a paired bootstrap.
+model of the bag alone (the fit the run started from, read from its weights: class-balanced L2 logistic
+regression on the training split's bag ids, model/bag_linear.py), on the same test messages, with a paired
+bootstrap.
 
     python benchmarks/email_bag_linear.py --data data/email-tr-s32b1024 --run runs/email-tr-lin
 
@@ -18,44 +19,35 @@ import numpy as np
 import torch
 
 from trmkit import rundir
-from trmkit.config import ModelConfig
 from trmkit.data.store import open_split
 from trmkit.model import bag_linear
 from trmkit.tasks.classify import bootstrap_ci, summary_metrics
 
 
-class _Linear(torch.nn.Module):
-    """Just the buffers bag_linear.fit fills."""
+def linear_alone(data: Path, run: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Test labels and the run's fitted linear model's test predictions (store row order), and the classes:
+    the bag_linear buffers of the run's final weights (the fit it started from, whatever features and C
+    it chose), read alone."""
+    from safetensors.torch import load_file
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.register_buffer("bag_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
-        self.register_buffer("bag_linear_bias", torch.zeros(cfg.num_classes))
-
-
-def linear_alone(data: Path, c: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Test labels and the fitted linear model's test predictions (store row order), and the classes."""
     train, test = open_split(data / "train"), open_split(data / "test")
-    classes = list(train.meta.classes)
-    labels = np.asarray(train.labels)[:, 0]
-    weights = torch.tensor(len(labels) / (len(classes) * np.bincount(labels, minlength=len(classes))))
-    cfg = ModelConfig(vocab_size=train.meta.vocab_size, seq_len=train.meta.seq_len, num_classes=len(classes),
-                      bag_positions=train.meta.bag_positions, puzzle_emb_len=0, bag_linear=True, bag_linear_c=c)
-    model = _Linear(cfg)
-    bag_linear.fit(model, train.inputs, train.labels, weights, c)
+    tensors = load_file(str(rundir.path(run, rundir.WEIGHTS)))
+    buffers = {name.rsplit(".", 1)[-1]: t for name, t in tensors.items() if "bag_linear" in name}
+    if "bag_linear_weight" not in buffers:
+        raise SystemExit(f"{run}: its weights hold no bag_linear model (train with model.bag_linear=true)")
+    idf = ((buffers["bag_linear_idf"], buffers["bag_linear_use_idf"]) if "bag_linear_idf" in buffers else None)
     inputs = torch.from_numpy(np.asarray(test.inputs).astype(np.int64))
-    logits = bag_linear.read(inputs, model.bag_linear_weight, model.bag_linear_bias, cfg.bag_positions)
-    return np.asarray(test.labels)[:, 0].astype(np.int64), logits.argmax(1).numpy(), classes
+    logits = bag_linear.read(inputs, buffers["bag_linear_weight"].float(), buffers["bag_linear_bias"].float(),
+                             train.meta.bag_positions, idf)
+    return np.asarray(test.labels)[:, 0].astype(np.int64), logits.argmax(1).numpy(), list(train.meta.classes)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="the e-mail store the run was trained on (built with --bag N)")
     p.add_argument("--run", required=True, help="a run trained with model.bag_linear=true")
-    p.add_argument("--c", type=float, default=1.0, help="model.bag_linear_c of the run")
     args = p.parse_args()
-    truth, alone, classes = linear_alone(Path(args.data), args.c)
+    truth, alone, classes = linear_alone(Path(args.data), Path(args.run))
     trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
     rows = np.asarray(trm["rows"], dtype=np.int64)
     preds = np.empty(len(rows), np.int64)

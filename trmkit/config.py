@@ -69,14 +69,18 @@ class ModelConfig:
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
     num_classes: int = 0  # a classify task's classes, from meta.json: one label per example, read from the
     #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
-    bag_positions: int = 0  # a classifier's last positions hold a bag of hashed n-grams (the store's
+    bag_positions: int = 0  # a classifier's last positions hold a bag of n-gram ids (the store's
     #                         meta.json): pooled and added to every token position's input, not mixed
     bag_head: bool = False  # the class logits also read the pooled bag through a linear map of their own (a
     #                         linear path beside the recursion, as a bag-of-words model reads it; docs/email.md)
     bag_linear: bool = False  # the class logits also add a linear model of the bag's n-gram ids, fitted before
     #                           training (class-weighted, L2-regularised logistic regression, L-BFGS on the
     #                           training split; model/bag_linear.py) and then frozen: the recursion learns the rest
-    bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C)
+    bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
+    #                            1, 3, 10, 30 by macro-F1 on the validation split (printed)
+    bag_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
+    #                                       training bags, each message's vector L2-normalised, as TF-IDF), or
+    #                                       "auto": the one of the two with the better validation macro-F1
     bag_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training steps
     #                            add each message's out-of-fold logits (stacking), evaluation the whole fit's
 
@@ -103,13 +107,17 @@ class ModelConfig:
                               "(model.num_classes) and fewer positions than model.seq_len")
         for name in ("bag_head", "bag_linear"):
             if getattr(self, name) and self.seq_len and not self.bag_positions:  # both from meta.json
-                raise ConfigError(f"model.{name} reads the bag of hashed n-grams: build the store with "
+                raise ConfigError(f"model.{name} reads the bag of n-grams: build the store with "
                                   "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
         if self.bag_linear_folds and (self.bag_linear_folds < 2 or not self.bag_linear):
             raise ConfigError(f"model.bag_linear_folds={self.bag_linear_folds}: give 0 (off) or K >= 2 folds, "
                               "with model.bag_linear=true")
-        if self.bag_linear_c <= 0:
-            raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)")
+        if self.bag_linear_weighting not in ("binary", "idf", "auto"):
+            raise ConfigError(f"model.bag_linear_weighting={self.bag_linear_weighting!r}: use 'binary', 'idf' "
+                              "or 'auto'")
+        if self.bag_linear_c < 0:
+            raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)"
+                              " or 0 (chosen on the validation split)")
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 

@@ -17,9 +17,9 @@ def test_ngrams_are_word_unigrams_and_bigrams():
     assert "free money money" not in counts
 
 
-def test_the_bag_keeps_the_rarest_words_of_a_message_and_is_deterministic():
+def test_the_hashed_bag_keeps_the_rarest_words_of_a_message_and_is_deterministic():
     train = ["meeting at noon", "meeting tomorrow at noon", "lunch at noon", "viagra discount pharmacy"]
-    bag = Bag.fit(train, positions=3, buckets=1 << 12, vocab_offset=100)
+    bag = Bag.fit(train, positions=3, buckets=1 << 12, vocab_offset=100, hashed=True)
     ids = bag.ids("viagra meeting at noon")
     assert ids.shape == (3,) and (ids >= 100).all() and list(ids) == sorted(ids)
     assert 100 + bucket("viagra", 1 << 12) in ids  # rare in training: high idf, kept
@@ -46,10 +46,36 @@ def test_the_fast_bag_writes_the_same_ids_as_the_first_one():
     words = [f"w{i}" for i in range(300)]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 400)))) for _ in range(60)]
     texts += ["", "a a a a b", "x " * 5000 + "y", "tie one two three four five"]  # repeats, ties, no words
-    bag = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7)  # few buckets: collisions too
+    bag = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7, hashed=True)  # collisions too
     for text in texts:
         assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text)), text[:40]
         assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text))  # again, from the cache
+
+
+def test_the_word_bag_numbers_the_training_splits_frequent_ngrams_and_leaves_the_others_out():
+    """The default bag: n-grams of >= MIN_DF training messages, the most frequent first (ties by text),
+    capped at `buckets`; an n-gram without an id never reaches the bag; the table survives a round trip."""
+    import pytest
+
+    from trmkit.email.bag import MIN_DF
+
+    assert MIN_DF == 2
+    train = ["meeting at noon", "meeting tomorrow at noon", "lunch at noon", "viagra discount pharmacy",
+             "viagra pharmacy now"]
+    bag = Bag.fit(train, positions=3, buckets=5, vocab_offset=100)
+    assert bag.words == ["at", "at noon", "noon", "meeting", "pharmacy"] and bag.buckets == 5  # df 3,3,3,2,2
+    # "viagra" (df 2) lost the tie to "pharmacy" at the cap; "lunch" (df 1) never had a chance
+    assert bag.ids("lunch with viagra").tolist() == [0, 0, 0]
+    # the two rarest, and of three tied common ones the lowest id
+    assert bag.ids("pharmacy meeting at noon").tolist() == [100, 103, 104]
+    assert np.allclose(bag.idf, np.log(6 / np.array([4, 4, 4, 3, 3])) + 1)
+    again = Bag.from_dict(bag.to_dict())
+    assert again.words == bag.words and np.array_equal(again.ids("pharmacy meeting at noon"),
+                                                       bag.ids("pharmacy meeting at noon"))
+    assert Bag.fit(train, positions=3, buckets=100, vocab_offset=0).buckets == 6  # all n-grams with df >= 2
+    broken = {**bag.to_dict(), "words": bag.words[:2]}
+    with pytest.raises(ValueError, match="2 words for 5 ids"):
+        Bag.from_dict(broken)
 
 
 def test_bag_text_sees_every_field_normalised():
@@ -115,7 +141,7 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
     with pytest.raises(ConfigError, match="--bag N"):
         ModelConfig(**base, bag_linear=True)
     with pytest.raises(ConfigError, match="bag_linear_c"):
-        ModelConfig(**base, bag_positions=4, bag_linear=True, bag_linear_c=0)
+        ModelConfig(**base, bag_positions=4, bag_linear=True, bag_linear_c=-1)
     rng = np.random.default_rng(0)
     n = 90
     y = rng.integers(0, 3, n)
@@ -197,3 +223,67 @@ def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not
     whole = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     full = LogisticRegression(C=1.0, max_iter=5000, tol=1e-8).fit(x, y, sample_weight=weights.numpy()[y])
     np.testing.assert_allclose(whole, full.predict_proba(x), atol=2e-3)
+
+
+def _noisy_bags(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inputs (n, 10), labels (n, 10), bags (n, 4)): 3 classes, each leaning on its own ids, with noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    bags = np.zeros((n, 4), dtype=np.int64)
+    for i in range(n):
+        ids = np.unique(np.concatenate([rng.choice(np.arange(20 + 10 * y[i], 30 + 10 * y[i]), 2, replace=False),
+                                        rng.choice(np.arange(20, 50), int(rng.integers(0, 3)), replace=False)]))
+        bags[i, :len(ids)] = ids[:4]
+    labels = np.full((n, 10), 3)
+    labels[:, 0] = y
+    return np.concatenate([rng.integers(1, 20, (n, 6)), bags], 1), labels, bags
+
+
+def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_validation_fit():
+    """model.bag_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
+    vectors of the binary bags (smooth idf from the training bags, L2 norm); weighting=auto with C=0 fits
+    2 x 4 candidates and keeps the one of best validation macro-F1 (scikit-learn's f1_score), saved with the
+    weights; without a validation split, auto is refused with the fix."""
+    import pytest
+    from sklearn.feature_extraction.text import TfidfTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+
+    from trmkit.config import ConfigError
+    from trmkit.model import bag_linear
+
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
+                bag_positions=4, bag_linear=True)
+    with pytest.raises(ConfigError, match="bag_linear_weighting"):
+        ModelConfig(**base, bag_linear_weighting="tfidf")
+    inputs, labels, bags = _noisy_bags(2, 120)
+    y = labels[:, 0]
+    weights = torch.tensor(120 / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
+    model = TRM(ModelConfig(**base, bag_linear_weighting="idf"))
+    bag_linear.fit(model, inputs, labels, weights, c=10.0, log=lambda m: None)
+    tfidf = TfidfTransformer().fit(bag_linear.multi_hot(bags, 60).to_dense().numpy())
+    x = tfidf.transform(bag_linear.multi_hot(bags, 60).to_dense().numpy())
+    reference = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
+    ours = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    np.testing.assert_allclose(ours, reference.predict_proba(x), atol=3e-3)
+
+    val_inputs, val_labels, _ = _noisy_bags(3, 60)
+    auto = TRM(ModelConfig(**base, bag_linear_weighting="auto", bag_linear_c=0))
+    lines: list[str] = []
+    out = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lines.append, val=(val_inputs, val_labels))
+    assert "bag_linear chose" in lines[0] and lines[0].count(" C=") == 9  # the choice and all 8 candidates
+    scores = {}
+    for weighting in ("binary", "idf"):
+        for c in bag_linear.C_GRID:
+            fixed = TRM(ModelConfig(**base, bag_linear_weighting=weighting, bag_linear_c=c))
+            bag_linear.fit(fixed, inputs, labels, weights, c=c, log=lambda m: None)
+            pred = fixed.bag_linear_logits(torch.from_numpy(val_inputs)).argmax(1).numpy()
+            scores[weighting, c] = f1_score(val_labels[:, 0], pred, average="macro")
+            if (weighting, c) == (out["weighting"], out["c"]):
+                same = fixed.bag_linear_logits(torch.from_numpy(val_inputs))
+    assert scores[out["weighting"], out["c"]] == pytest.approx(max(scores.values()))
+    torch.testing.assert_close(auto.bag_linear_logits(torch.from_numpy(val_inputs)), same)
+    assert float(auto.state_dict()["bag_linear_use_idf"]) == float(out["weighting"] == "idf")
+    with pytest.raises(ValueError, match="give model.bag_linear_weighting=binary"):
+        bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None)

@@ -68,9 +68,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary, trained on train only")
     p.add_argument("--tail", type=int, default=0, help="tokens of the body's end kept after <tail> when cut")
     p.add_argument("--bag", type=int, default=0,
-                   help="positions for the message's bag of hashed word n-grams after the tokens (the whole "
+                   help="positions for the message's bag of word n-grams after the tokens (the whole "
                         "message, by tf-idf; 0 = none; email/bag.py)")
-    p.add_argument("--bag-buckets", type=int, default=32768, help="hash buckets of the bag's n-grams")
+    p.add_argument("--bag-buckets", type=int, default=32768,
+                   help="ids of the bag: its most frequent n-grams (in 2+ training messages), or hash buckets")
+    p.add_argument("--bag-hashed", action="store_true",
+                   help="hash every n-gram into --bag-buckets ids (as stores built before 2026-11-28) instead "
+                        "of numbering the most frequent ones")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share for validation (best, calibration)")
     p.add_argument("--split", default="stratified", choices=("stratified", "time", "thread", "sender"),
                    help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
@@ -239,9 +243,9 @@ def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Ba
         return None
     t0 = time.perf_counter()
     bag = Bag.fit((bag_text(m.subject, m.sender, m.body) for m in train), args.bag, args.bag_buckets,
-                  tok.vocab_size)
-    log(f"bag: {args.bag} positions of hashed word uni- and bigrams per message ({args.bag_buckets} buckets, "
-        f"idf from the {len(train)} training messages, {time.perf_counter() - t0:.1f} s)")
+                  tok.vocab_size, hashed=args.bag_hashed)
+    log(f"bag: {args.bag} positions per message of {bag.describe()}, idf from the {len(train)} training "
+        f"messages ({time.perf_counter() - t0:.1f} s)")
     return bag
 
 
@@ -308,7 +312,8 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
         "classes": classes,
         "source": str(args.source),
         "build": {"import": report.to_dict(), "seq_len": args.seq_len, "tail": args.tail,
-                  "bag": args.bag, "bag_buckets": args.bag_buckets if args.bag else 0,
+                  "bag": args.bag, "bag_buckets": bag.buckets if bag else 0,
+                  "bag_hashed": bool(bag is not None and bag.words is None),
                   "label_from": args.label_from, "label_map": args.label_map, "split": args.split,
                   "seed": args.seed, "val_fraction": args.val_fraction, "test_fraction": args.test_fraction,
                   "near_duplicates": args.near_duplicates,

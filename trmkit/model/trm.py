@@ -116,6 +116,9 @@ class TRM(nn.Module):
                 nn.init.zeros_(self.class_head.weight)  # the model begins as that fitted model
                 self.register_buffer("bag_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
                 self.register_buffer("bag_linear_bias", torch.zeros(cfg.num_classes))
+                if cfg.bag_linear_weighting != "binary":  # each id's idf in the training bags (fitted too),
+                    self.register_buffer("bag_linear_idf", torch.zeros(cfg.vocab_size))
+                    self.register_buffer("bag_linear_use_idf", torch.ones(()))  # and 0 where auto chose binary
                 if cfg.bag_linear_folds:  # one fit per fold without it: the training steps' logits
                     self.register_buffer("bag_linear_fold_weight",
                                          torch.zeros(cfg.bag_linear_folds, cfg.vocab_size, cfg.num_classes))
@@ -236,10 +239,11 @@ class TRM(nn.Module):
     def bag_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
         """(B, C) float32: the sum of the bag's ids' rows of the fitted linear model, plus its bias; in
         training with model.bag_linear_folds, of the model fitted without each message's fold."""
+        idf = (self.bag_linear_idf, self.bag_linear_use_idf) if self.cfg.bag_linear_weighting != "binary" else None
         if self.training and self.cfg.bag_linear_folds:
             return bag_linear.read_out_of_fold(inputs, self.bag_linear_fold_weight, self.bag_linear_fold_bias,
-                                               self.cfg.bag_positions)
-        return bag_linear.read(inputs, self.bag_linear_weight, self.bag_linear_bias, self.cfg.bag_positions)
+                                               self.cfg.bag_positions, idf)
+        return bag_linear.read(inputs, self.bag_linear_weight, self.bag_linear_bias, self.cfg.bag_positions, idf)
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor):
