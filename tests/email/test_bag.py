@@ -287,3 +287,18 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_validati
     assert float(auto.state_dict()["bag_linear_use_idf"]) == float(out["weighting"] == "idf")
     with pytest.raises(ValueError, match="give model.bag_linear_weighting=binary"):
         bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None)
+
+
+def test_counting_the_word_bag_stays_bounded_and_keeps_the_frequent_ngrams(monkeypatch):
+    """Past PRUNE_AT distinct n-grams, those seen in one message so far are dropped: memory stays bounded,
+    and an n-gram in many messages keeps its count (a once-seen one can come back, counted from then)."""
+    from trmkit.email import bag as bag_mod
+
+    monkeypatch.setattr(bag_mod, "PRUNE_AT", 10)
+    texts = [f"common word{i} other{i}" for i in range(30)] + ["word1 again", "word1 again"]
+    counts, n = bag_mod._document_frequencies(texts)
+    assert n == 32 and len(counts) <= 10 + 5  # never much past the bound (one message's n-grams at most)
+    assert counts["common"] == 30  # never pruned: counted in every message
+    assert counts.get("again") == 2 and "word5" not in counts  # recent pairs kept, an old singleton gone
+    bag = bag_mod.Bag.fit(texts, positions=4, buckets=100, vocab_offset=0)
+    assert bag.words[0] == "common" and "again" in bag.words

@@ -39,7 +39,7 @@ _WORD = re.compile(r"[^\W_]+(?:['.][^\W_]+)*")  # words, keeping "don't" and "v1
 MAX_WORDS = 20_000  # words read per message: the cost of a huge message stays bounded
 _CACHE_LIMIT = 1 << 18  # n-grams whose bucket is remembered (cleared when full: memory stays bounded)
 MIN_DF = 2  # words mode: an n-gram seen in fewer training messages gets no id (as the baseline's min_df)
-PRUNE_AT = 4_000_000  # words mode: distinct n-grams counted before those seen once so far are dropped
+PRUNE_AT = 2_000_000  # words mode: distinct n-grams counted (about 250 MB) before those seen once are dropped
 _LOGS = np.array([0.0] + [math.log(c) for c in range(1, 4097)])  # math.log of the small counts a message has
 
 
