@@ -285,6 +285,10 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_validati
     assert scores[out["weighting"], out["c"]] == pytest.approx(max(scores.values()))
     torch.testing.assert_close(auto.bag_linear_logits(torch.from_numpy(val_inputs)), same)
     assert float(auto.state_dict()["bag_linear_use_idf"]) == float(out["weighting"] == "idf")
+    # judged on the training split itself every candidate is right on all: a tie, and the first one wins
+    tied = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None, val=(inputs, labels))
+    assert (tied["weighting"], tied["c"]) == ("binary", bag_linear.C_GRID[0])
+    assert float(auto.state_dict()["bag_linear_use_idf"]) == 0.0
     with pytest.raises(ValueError, match="give model.bag_linear_weighting=binary"):
         bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None)
 
