@@ -43,6 +43,9 @@ MAX_ITERATIONS = 500
 HASH_MULTIPLIER, HASH_PRIME = 2654435761, 2147483647  # a bag's fold: sum of its ids' hashes, mod K
 
 
+Features = "tuple[torch.Tensor, torch.Tensor] | torch.Tensor | None"  # idf, or (idf, use: 1 idf / 0 binary)
+
+
 def multi_hot(ids: np.ndarray, vocab_size: int, idf: Features = None) -> torch.Tensor:
     """(N, vocab) sparse float32: for each non-pad id of each row its feature (`values`: 1, or the
     L2-normalised idf; repeats add up)."""
@@ -50,9 +53,6 @@ def multi_hot(ids: np.ndarray, vocab_size: int, idf: Features = None) -> torch.T
     index = torch.from_numpy(np.stack([rows, ids[rows, cols].astype(np.int64)]))
     values = values_of(torch.from_numpy(ids.astype(np.int64)), idf)[torch.from_numpy(rows), torch.from_numpy(cols)]
     return torch.sparse_coo_tensor(index, values, (len(ids), vocab_size), check_invariants=True).coalesce()
-
-
-Features = "tuple[torch.Tensor, torch.Tensor] | torch.Tensor | None"  # idf, or (idf, use: 1 idf / 0 binary)
 
 
 def values_of(ids: torch.Tensor, idf: Features) -> torch.Tensor:
@@ -115,13 +115,13 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
     idf = document_idf(ids, cfg.vocab_size) if cfg.bag_linear_weighting != "binary" else None
-    weighting, c = choose(cfg, ids, y, w, idf, c, val, log)
+    weighting, c, fitted = choose(cfg, ids, y, w, idf, c, val, log)
     if idf is not None:
         with torch.no_grad():
             model.bag_linear_idf.copy_(idf.to(model.bag_linear_idf.device))
             model.bag_linear_use_idf.fill_(float(weighting == "idf"))
         idf = idf if weighting == "idf" else None
-    weight, bias, out = _fit_one(multi_hot(ids, cfg.vocab_size, idf), y, w, cfg.num_classes, c)
+    weight, bias, out = fitted or _fit_one(multi_hot(ids, cfg.vocab_size, idf), y, w, cfg.num_classes, c)
     with torch.no_grad():
         model.bag_linear_weight.copy_(weight.to(model.bag_linear_weight.device))
         model.bag_linear_bias.copy_(bias.to(model.bag_linear_bias.device))
@@ -139,35 +139,37 @@ C_GRID = (1.0, 3.0, 10.0, 30.0)  # model.bag_linear_c=0 chooses among these
 
 
 def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Tensor | None, c: float,
-           val: tuple[np.ndarray, np.ndarray] | None, log: Log) -> tuple[str, float]:
-    """(weighting, C): as configured, or where auto / 0, the pair whose fit scores the best macro-F1 on the
-    validation split (ties: the first in the order binary before idf, smaller C before larger)."""
+           val: tuple[np.ndarray, np.ndarray] | None, log: Log) -> tuple[str, float, tuple | None]:
+    """(weighting, C, its fit or None): as configured (not fitted here), or where auto / 0, the pair whose
+    fit scores the best macro-F1 on the validation split (ties: the first in the order binary before idf,
+    smaller C before larger), with that fit (_fit_one's), so it is not fitted twice."""
     weightings = ("binary", "idf") if cfg.bag_linear_weighting == "auto" else (cfg.bag_linear_weighting,)
     cs = C_GRID if c == 0 else (c,)
     if len(weightings) * len(cs) == 1:
-        return weightings[0], cs[0]
+        return weightings[0], cs[0], None
     if val is None or not len(val[0]):
         raise ValueError("model.bag_linear_weighting=auto / bag_linear_c=0 choose on the validation split, and "
                          "this store has none: give model.bag_linear_weighting=binary|idf and model.bag_linear_c")
     start = time.perf_counter()
     val_ids, val_y = np.asarray(val[0])[:, -cfg.bag_positions:], _labels(val[1], cfg.num_classes, "validation")
-    scores = {}
+    scores, fits = {}, {}
     for weighting in weightings:
         features = idf if weighting == "idf" else None
         x, x_val = multi_hot(ids, cfg.vocab_size, features), multi_hot(val_ids, cfg.vocab_size, features)
         for value in cs:
-            weight, bias, _ = _fit_one(x, y, w, cfg.num_classes, value)
+            fits[weighting, value] = weight, bias, _ = _fit_one(x, y, w, cfg.num_classes, value)
             scores[weighting, value] = macro_f1(val_y, (torch.sparse.mm(x_val, weight) + bias).argmax(1),
                                                 cfg.num_classes)
     best = max(scores, key=scores.get)  # the first of equal scores
     tried = ", ".join(f"{k[0]} C={k[1]:g} {v:.4f}" for k, v in scores.items())
     log(f"model: bag_linear chose {best[0]} features, C={best[1]:g}: the best validation macro-F1 of "
         f"{len(scores)} fits on the training split ({tried}; {time.perf_counter() - start:.1f} s)")
-    return best
+    return best[0], best[1], fits[best]
 
 
 def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
-    """The mean over the classes present in labels or preds of F1 (2 TP / (2 TP + FP + FN))."""
+    """The mean over the classes present in labels or preds of F1 (2 TP / (2 TP + FP + FN)): as
+    tasks/classify.py's summary_metrics counts it, which the model layer may not import."""
     scores = []
     for k in range(classes):
         tp = int(((preds == k) & (labels == k)).sum())

@@ -69,9 +69,9 @@ def parse_counts(text: str | None) -> list[int]:
 def pool_steps(mode: str | None, steps: list[int]) -> list[int] | None:
     """The K whose answers `--pool` puts to one vote: "listed" -> the --steps given; "every" -> every K
     from the smallest to the largest of them (one pass to the largest K reads them all); None -> no pool."""
-    if mode is None or not steps:
-        return [] if mode else None
-    return list(range(min(steps), max(steps) + 1)) if mode == "every" else sorted(steps)
+    if mode is None:
+        return None
+    return list(range(min(steps), max(steps) + 1)) if mode == "every" and steps else sorted(steps)
 
 
 def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: Log = print,
