@@ -35,21 +35,21 @@ def phase_times(s: BenchSession) -> dict[str, float]:
     """One step split into phases (seconds); the carry is not advanced."""
     model, st, cfg = s.model, s.state, s.model.cfg
     refill(model, st, s.stream, s.ctx)
-    B, P = st.carry.z_H.shape[0], cfg.puzzle_emb_len
+    B = st.carry.z_H.shape[0]
     marks = [time.perf_counter()]
     with s.ctx.autocast():
-        x = model.embed(st.inputs, st.puzzle_ids)
-        rope = model._rope(x.shape[1])
+        x, bag = model.embed_parts(st.inputs, st.puzzle_ids)
+        positions = model._positions(x.shape[1])
         z_H, z_L = st.carry.z_H, st.carry.z_L
         with torch.no_grad():
             for _ in range(cfg.H_cycles - 1):
-                z_H, z_L = model.latent_recursion(z_H, z_L, x, rope)
+                z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
         marks.append(time.perf_counter())
-        z_H, z_L = model.latent_recursion(z_H, z_L, x, rope)
-        logits = model.lm_head(z_H[:, P:])
-        q = model.q_head(z_H[:, 0]).float()[:, 0]
+        z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
+        logits = model.output(z_H, bag, st.inputs)
+        q = model.halt_logit(z_H)
     marks.append(time.perf_counter())
-    loss, _ = act_loss(logits, st.labels, q, cfg.halt_loss_weight)
+    loss, _ = act_loss(logits, st.labels, q, cfg.halt_loss_weight, s.ctx.label_weights)
     marks.append(time.perf_counter())
     (loss / B).backward()
     marks.append(time.perf_counter())
