@@ -77,10 +77,10 @@ class ModelConfig:
     #                           training (class-weighted, L2-regularised logistic regression, L-BFGS on the
     #                           training split; model/bag_linear.py) and then frozen: the recursion learns the rest
     bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
-    #                            1, 3, 10, 30 by macro-F1 on the validation split (printed)
+    #                            1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
     bag_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
     #                                       training bags, each message's vector L2-normalised, as TF-IDF), or
-    #                                       "auto": the one of the two with the better validation macro-F1
+    #                                       "auto": the one of the two with the better cross-validated macro-F1
     bag_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training steps
     #                            add each message's out-of-fold logits (stacking), evaluation the whole fit's
 

@@ -1,6 +1,7 @@
 """The n-gram bag (email/bag.py): the whole message in fixed positions, idf from training only,
 pooled by the model (model.bag_positions) and not mixed as positions."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_the_hashed_bag_keeps_the_rarest_words_of_a_message_and_is_deterministic
 def _ids_as_first_written(bag: Bag, text: str) -> np.ndarray:
     """The bag's first, plain-Python ids(): stores built with it must read the same ids today."""
     weights: dict[int, float] = {}
-    for gram, count in ngrams(text).items():
+    for gram, count in ngrams(text, bag.word_rule).items():
         b = bucket(gram, bag.buckets)
         weights[b] = weights.get(b, 0.0) + (1 + math.log(count)) * float(bag.idf[b])
     top = sorted(weights, key=lambda b: (-weights[b], b))[: bag.positions]
@@ -46,10 +47,34 @@ def test_the_fast_bag_writes_the_same_ids_as_the_first_one():
     words = [f"w{i}" for i in range(300)]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 400)))) for _ in range(60)]
     texts += ["", "a a a a b", "x " * 5000 + "y", "tie one two three four five"]  # repeats, ties, no words
-    bag = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7, hashed=True)  # collisions too
-    for text in texts:
-        assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text)), text[:40]
-        assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text))  # again, from the cache
+    fitted = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7, hashed=True)  # collisions too
+    for bag in (fitted, dataclasses.replace(fitted, word_rule="joined")):  # the stores before read joined words
+        for text in texts:
+            assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text)), text[:40]
+            assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text))  # again, from the cache
+
+
+def test_words_split_at_punctuation_and_stores_before_keep_their_joined_words():
+    """A new bag's words are runs of >= 2 letters or digits (scikit-learn's token pattern): "ankara'da" gives
+    "ankara" and "da", one-letter words drop out. A bag.json of format /2 (before the rule) reads joined words,
+    as its store was built; /3 carries the rule, and an unknown one is refused with the fix."""
+    import pytest
+
+    assert set(ngrams("ankara'da v1.2 a b ok")) == {"ankara", "da", "v1", "ok", "ankara da", "da v1", "v1 ok"}
+    assert set(ngrams("ankara'da v1.2 a", "joined")) == {"ankara'da", "v1.2", "a", "ankara'da v1.2", "v1.2 a"}
+    train = ["ankara'da toplanti", "ankara'da yemek", "istanbul'da toplanti"]
+    bag = Bag.fit(train, positions=4, buckets=10, vocab_offset=0)
+    assert bag.word_rule == "split" and "ankara" in bag.words and "ankara'da" not in bag.words
+    saved = bag.to_dict()
+    assert saved["format"] == "trmkit-email-bag/3" and Bag.from_dict(saved).word_rule == "split"
+    before = {k: v for k, v in saved.items() if k != "word_rule"} | {"format": "trmkit-email-bag/2",
+                                                                      "words": ["ankara'da", "toplanti"],
+                                                                      "idf": [1.0, 1.0], "buckets": 2,
+                                                                      "vocab_offset": 10}
+    old = Bag.from_dict(before)
+    assert old.word_rule == "joined" and old.ids("ankara'da toplanti").tolist() == [10, 11, 0, 0]
+    with pytest.raises(ValueError, match="word_rule 'sentences'.*rebuild the store"):
+        Bag.from_dict({**saved, "word_rule": "sentences"})
 
 
 def test_the_word_bag_numbers_the_training_splits_frequent_ngrams_and_leaves_the_others_out():
@@ -239,11 +264,11 @@ def _noisy_bags(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.concatenate([rng.integers(1, 20, (n, 6)), bags], 1), labels, bags
 
 
-def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_validation_fit():
+def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_validated_fit():
     """model.bag_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
-    vectors of the binary bags (smooth idf from the training bags, L2 norm); weighting=auto with C=0 fits
-    2 x 4 candidates and keeps the one of best validation macro-F1 (scikit-learn's f1_score), saved with the
-    weights; without a validation split, auto is refused with the fix."""
+    vectors of the binary bags (smooth idf from the training bags, L2 norm); weighting=auto with C=0 scores
+    2 x 4 candidates by 5-fold cross-validation on the training split (as scikit-learn's logistic regression
+    and f1_score score them on the same folds) and keeps the best, refitted on the whole split."""
     import pytest
     from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
@@ -268,29 +293,61 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_validati
     ours = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=3e-3)
 
-    val_inputs, val_labels, _ = _noisy_bags(3, 60)
     auto = TRM(ModelConfig(**base, bag_linear_weighting="auto", bag_linear_c=0))
     lines: list[str] = []
-    out = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lines.append, val=(val_inputs, val_labels))
+    out = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lines.append)
     assert "bag_linear chose" in lines[0] and lines[0].count(" C=") == 9  # the choice and all 8 candidates
-    scores = {}
-    for weighting in ("binary", "idf"):
+    folds = bag_linear.stratified_folds(torch.from_numpy(y), bag_linear.CHOICE_FOLDS)
+    dense = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    reference = {}
+    for weighting, features in (("binary", dense), ("idf", x)):
         for c in bag_linear.C_GRID:
-            fixed = TRM(ModelConfig(**base, bag_linear_weighting=weighting, bag_linear_c=c))
-            bag_linear.fit(fixed, inputs, labels, weights, c=c, log=lambda m: None)
-            pred = fixed.bag_linear_logits(torch.from_numpy(val_inputs)).argmax(1).numpy()
-            scores[weighting, c] = f1_score(val_labels[:, 0], pred, average="macro")
-            if (weighting, c) == (out["weighting"], out["c"]):
-                same = fixed.bag_linear_logits(torch.from_numpy(val_inputs))
-    assert scores[out["weighting"], out["c"]] == pytest.approx(max(scores.values()))
-    torch.testing.assert_close(auto.bag_linear_logits(torch.from_numpy(val_inputs)), same)
+            pred = np.empty_like(y)
+            for k in range(bag_linear.CHOICE_FOLDS):
+                fitted = LogisticRegression(C=c, class_weight=None, max_iter=5000, tol=1e-8).fit(
+                    features[folds != k], y[folds != k], sample_weight=weights.numpy()[y[folds != k]])
+                pred[folds == k] = fitted.predict(features[folds == k])
+            reference[weighting, c] = f1_score(y, pred, average="macro")
+    _, _, ours_scores = bag_linear.choose(auto.cfg, bags, torch.from_numpy(y), weights[y],
+                                          bag_linear.document_idf(bags, 60), 0.0, lambda m: None)
+    for key, value in reference.items():  # the same out-of-fold predictions, up to a message at a border
+        assert ours_scores[key] == pytest.approx(value, abs=0.02), key
+    assert len(set(np.round(list(reference.values()), 3))) > 1  # the candidates differ: the choice means something
+    assert reference[out["weighting"], out["c"]] >= max(reference.values()) - 0.02
+    assert (out["weighting"], out["c"]) == max(ours_scores, key=ours_scores.get)
+    fixed = TRM(ModelConfig(**base, bag_linear_weighting=out["weighting"], bag_linear_c=out["c"]))
+    bag_linear.fit(fixed, inputs, labels, weights, c=out["c"], log=lambda m: None)
+    torch.testing.assert_close(auto.bag_linear_logits(torch.from_numpy(inputs)),
+                               fixed.bag_linear_logits(torch.from_numpy(inputs)))  # the chosen fit, on all
     assert float(auto.state_dict()["bag_linear_use_idf"]) == float(out["weighting"] == "idf")
-    # judged on the training split itself every candidate is right on all: a tie, and the first one wins
-    tied = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None, val=(inputs, labels))
-    assert (tied["weighting"], tied["c"]) == ("binary", bag_linear.C_GRID[0])
+
+
+def test_the_auto_choice_folds_are_stratified_and_its_ties_go_to_the_first_candidate():
+    """Every fold holds each class's share (counts differ by at most one), the same in every call; on
+    classes each marked by an id of their own every candidate is right on every message: the first wins."""
+    from trmkit.model import bag_linear
+
+    y = torch.tensor([0] * 13 + [1] * 7 + [2] * 3)
+    folds = bag_linear.stratified_folds(y, 5)
+    assert np.array_equal(folds, bag_linear.stratified_folds(y, 5))
+    for cls, count in ((0, 13), (1, 7), (2, 3)):
+        per_fold = np.bincount(folds[y.numpy() == cls], minlength=5)
+        assert per_fold.sum() == count and per_fold.max() - per_fold.min() <= 1
+    n = 60
+    labels_ = np.arange(n) % 3
+    bags = np.zeros((n, 4), dtype=np.int64)
+    bags[:, 0] = 40 + labels_  # the class's own id
+    bags[:, 1] = 50 + np.arange(n) % 7  # noise shared across classes
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
+                bag_positions=4, bag_linear=True, bag_linear_weighting="auto", bag_linear_c=0)
+    auto = TRM(ModelConfig(**base))
+    labels = np.full((n, 10), 3)
+    labels[:, 0] = labels_
+    out = bag_linear.fit(auto, np.concatenate([np.ones((n, 6), np.int64), bags], 1), labels, None, c=0.0,
+                         log=lambda m: None)
+    assert (out["weighting"], out["c"]) == ("binary", bag_linear.C_GRID[0])
     assert float(auto.state_dict()["bag_linear_use_idf"]) == 0.0
-    with pytest.raises(ValueError, match="give model.bag_linear_weighting=binary"):
-        bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lambda m: None)
 
 
 def test_counting_the_word_bag_stays_bounded_and_keeps_the_frequent_ngrams(monkeypatch):

@@ -415,9 +415,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     if not evaluate_only and objective is None:
         data.val = open_val_split(cfg.data.path)
         if cfg.model.bag_linear:  # before training; a resumed run reloads the same fit from its checkpoint
-            val = (data.val.inputs, data.val.labels) if data.val is not None else None
             bag_linear.fit(model, data.train.inputs, data.train.labels, ctx.label_weights, cfg.model.bag_linear_c,
-                           log, val=val)
+                           log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
                    run=Run(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
                    scorer=scorer, objective=objective)
