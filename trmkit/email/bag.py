@@ -170,10 +170,9 @@ class Bag:
                 "messages (others left out)")
 
     def to_dict(self) -> dict:
-        out = {"format": FORMATS[-1], "positions": self.positions, "buckets": self.buckets,
-               "vocab_offset": self.vocab_offset, "word_rule": self.word_rule, "words": self.words,
-               "idf": [round(float(v), 5) for v in self.idf]}
-        return out
+        return {"format": FORMATS[-1], "positions": self.positions, "buckets": self.buckets,
+                "vocab_offset": self.vocab_offset, "word_rule": self.word_rule, "words": self.words,
+                "idf": [round(float(v), 5) for v in self.idf]}
 
     @classmethod
     def from_dict(cls, data: dict, where: str = BAG_FILE) -> "Bag":
