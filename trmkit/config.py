@@ -117,7 +117,7 @@ class ModelConfig:
                               "or 'auto'")
         if self.bag_linear_c < 0:
             raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)"
-                              " or 0 (chosen on the validation split)")
+                              " or 0 (chosen by cross-validation on the training split)")
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 

@@ -111,7 +111,7 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     cfg = model.cfg
     start = time.perf_counter()
     ids = np.asarray(inputs)[:, -cfg.bag_positions:]
-    y = _labels(labels, cfg.num_classes, "training")
+    y = _labels(labels, cfg.num_classes)
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
     idf = document_idf(ids, cfg.vocab_size) if cfg.bag_linear_weighting != "binary" else None
@@ -202,10 +202,10 @@ def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
     return float(np.mean(scores)) if scores else 0.0
 
 
-def _labels(labels: np.ndarray, classes: int, split: str) -> torch.Tensor:
+def _labels(labels: np.ndarray, classes: int) -> torch.Tensor:
     y = torch.from_numpy(np.asarray(labels)[:, 0].astype(np.int64))
     if len(y) and (int(y.max()) >= classes or int(y.min()) < 0):
-        raise ValueError(f"model.bag_linear: {split} labels outside 0..{classes - 1}")
+        raise ValueError(f"model.bag_linear: training labels outside 0..{classes - 1}")
     return y
 
 

@@ -412,7 +412,6 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     ctx = step_context(cfg, data, objective, plan, micro, net, world, log)
     if objective is None and not evaluate_only:
         data.stream = training_stream(cfg, data, world, sampler, log)
-    if not evaluate_only and objective is None:
         data.val = open_val_split(cfg.data.path)
         if cfg.model.bag_linear:  # before training; a resumed run reloads the same fit from its checkpoint
             bag_linear.fit(model, data.train.inputs, data.train.labels, ctx.label_weights, cfg.model.bag_linear_c,
