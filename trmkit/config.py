@@ -201,6 +201,8 @@ class TrainConfig:
     checkpoint_minutes: float = 10.0  # and every M minutes of wall time (0 = off)
     keep_checkpoints: int = 3  # rotation keeps the last K (plus the best)
     best_metric: str = "exact_accuracy"  # eval metric that marks the best checkpoint
+    best_margin: str = "none"  # "se": a later evaluation becomes the best only when it beats the kept one by more
+    #                            than its own standard error (se/<best_metric>, a bootstrap of the split)
     class_weighting: str = "none"  # "none" or "balanced": each label's loss weighted by N / (K * count)
     class_weights: str = ""  # e.g. "o=2.5": these labels' loss (vocabulary names) scaled, which moves their
     #                          decision threshold (a rare label the argmax would never pick)
@@ -225,6 +227,9 @@ class TrainConfig:
             raise ConfigError(f"train.class_weighting={self.class_weighting!r}: use 'none' or 'balanced'")
         if self.early_stop_evals < 0:
             raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
+        if self.best_margin not in ("none", "se"):
+            raise ConfigError(f"train.best_margin={self.best_margin!r}: use 'none' (any higher value is a new "
+                              "best) or 'se' (higher by more than the evaluation's standard error)")
         parse_weights(self.class_weights)
 
 

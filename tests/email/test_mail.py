@@ -552,3 +552,22 @@ def test_a_build_folds_rare_classes_into_other_and_warns_about_fold_folders(tmp_
     # one sender wrote them all: a sender split puts every message in one split, and says why it cannot
     assert cli.main([*args, "--min-class-count", "5", "--split", "sender", "--out", str(tmp_path / "c")]) == 2
     assert "have no training message" in capsys.readouterr().err
+
+
+def test_a_time_split_names_the_message_without_a_date(tmp_path: Path, capsys) -> None:
+    from trmkit import cli
+
+    for label in ("ham", "spam"):
+        (tmp_path / "src" / label).mkdir(parents=True)
+        for i in range(12):
+            body = " ".join(f"{label}{i * 31 + j}" for j in range(30))  # distinct: de-duplication keeps all
+            (tmp_path / "src" / label / f"m{i}").write_bytes(mail(f"{label} {i}", body=body))
+    undated = mail("no date here", body="the only message without a date header " * 3).replace(
+        b"Date: Thu, 22 Aug 2002 13:17:22 +0000\n", b"")
+    (tmp_path / "src" / "spam" / "undated").write_bytes(undated)
+    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16",
+            "--split", "time", "--out", str(tmp_path / "out")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "1 of 25 have none" in err and str(tmp_path / "src" / "spam" / "undated") in err
+    assert "--split stratified" in err and not (tmp_path / "out").exists()

@@ -84,7 +84,7 @@ def test_a_classifier_learns_with_validation_best_and_calibration(tmp_path, monk
     cal = json.loads((run / "calibration.json").read_text())
     assert cal["fitted_on"] == "val" and cal["temperature"] > 0 and cal["ece_after"] is not None
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert any("val/macro_f1" in m for m in metrics)
+    assert any("val/macro_f1" in m and "val/se/macro_f1" in m for m in metrics)  # train.best_margin=se reads it
     if summary["steps"] < 160:
         assert "early stop: macro_f1 has not improved" in out
     assert "restore_best: weights of step" in out or summary["steps"] in {20 * k for k in range(1, 9)}

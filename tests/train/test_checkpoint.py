@@ -344,6 +344,16 @@ def test_rotation_keeps_last_k_plus_best(tmp_path: Path) -> None:
     assert ck.best_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step-00000002"
 
 
+def test_rotation_keeps_the_callers_best_step_over_a_higher_later_value(tmp_path: Path) -> None:
+    # train.best_margin=se keeps step 1 as the best while later evaluations score a little higher
+    for step, acc in {1: 0.90, 2: 0.91, 3: 0.92, 4: 0.89}.items():
+        _save(tmp_path, step, acc, keep_last=2, best_metric="acc", best_step=1)
+    assert _steps(tmp_path) == [1, 3, 4]
+    assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["step"] == 1
+    _save(tmp_path, 5, 0.5, keep_last=1, best_metric="acc", best_step=2)  # its checkpoint is gone: by the metric
+    assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["step"] == 3
+
+
 def test_rotation_min_mode_and_new_best(tmp_path: Path) -> None:
     for step, value in [(1, 3.0), (2, 1.0), (3, 2.0), (4, 0.5)]:  # lower is better here
         _save(tmp_path, step, value, keep_last=1, best_metric="acc", best_mode="min")

@@ -189,6 +189,11 @@ def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[
 def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> dict[str, np.ndarray]:
     from trmkit.email.prepare import split
 
+    undated = [m.where for m in kept if m.date is None] if args.split == "time" else []
+    if undated:
+        raise ValueError(f"--split time needs every message's Date header; {len(undated)} of "
+                         f"{len(kept)} have none or an unreadable one (first: {undated[0]}): give them a Date, or "
+                         "use --split stratified / thread / sender")
     groups = [group_key(m, args.split) for m in kept] if args.split in GROUP_SPLITS else None
     train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
                              dates=[m.date for m in kept], by=args.split, groups=groups)

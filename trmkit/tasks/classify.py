@@ -198,6 +198,18 @@ def bootstrap_ci(y_true: Any, y_pred: Any, num_classes: int, other_pred: Any = N
     return out
 
 
+def bootstrap_se(y_true: Any, y_pred: Any, num_classes: int, rounds: int = BOOTSTRAP_ROUNDS,
+                 seed: int = 0) -> dict[str, float]:
+    """Standard errors of accuracy and macro-F1 on these examples: the standard deviation over
+    `rounds` resamples (how far the score of another split of this size could move)."""
+    t, p = _labels(y_true, "y_true", num_classes), _labels(y_pred, "y_pred", num_classes)
+    if len(t) == 0:
+        return {"accuracy": 0.0, "macro_f1": 0.0}
+    idx = np.random.default_rng(seed).integers(0, len(t), size=(rounds, len(t)))
+    return {"accuracy": float((t[idx] == p[idx]).mean(1).std()),
+            "macro_f1": float(_macro_f1_batch(t[idx], p[idx], num_classes).std())}
+
+
 # ---------------------------------------------------------------- calibration
 
 
@@ -380,11 +392,14 @@ class ClassifyScorer:
                 "reliability": reliability_bins(probs, labels, self.bins)}
 
     def result(self) -> dict[str, float]:
-        """Flat floats: accuracy, macro_f1, weighted_f1, ece, and f1/precision/recall per class."""
+        """Flat floats: accuracy, macro_f1, weighted_f1, ece, their standard errors se/accuracy and
+        se/macro_f1, and f1/precision/recall per class."""
         s = self.summary()
         m = s["summary"]
         out = {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "weighted_f1": m["weighted_f1"],
                "ece": s["ece"]}
+        _, labels, preds = self.arrays()  # standard errors, for train.best_margin=se
+        out.update({f"se/{k}": v for k, v in bootstrap_se(labels, preds, len(self.class_names or [])).items()})
         for name in self.class_names or []:
             c = m["per_class"][name]
             out.update({f"f1/{name}": c["f1"], f"precision/{name}": c["precision"], f"recall/{name}": c["recall"]})

@@ -15,7 +15,7 @@ from typing import Callable
 
 from trmkit import config as config_mod
 from trmkit import files, hardware, monitor, rundir
-from trmkit.config import Config
+from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split
 from trmkit.train import distributed as dist_mod
 from trmkit.train.evaluate import format_eval, run_eval
@@ -147,9 +147,8 @@ def thermal_metrics() -> dict[str, float]:
 def _evaluate_in_loop(s: Session, clock: Clock, out: Monitors, log: Log) -> tuple[dict, bool, bool]:
     """A periodic evaluation: (its metrics, whether to stop early, whether a checkpoint was saved)."""
     step = s.state.step
-    evals = _periodic_eval(s, clock, out.loggers, log)  # the same result on every process
     out.progress.close()
-    log(f"{'val' if s.data.val is not None else 'eval'} @ step {step}: " + format_eval(evals))
+    evals = _periodic_eval(s, clock, out.loggers, log)  # the same result on every process
     stop_early = _early_stop(s, log)
     saved = s.best["step"] == step and s.cfg.train.restore_best
     if saved:
@@ -227,13 +226,32 @@ def _periodic_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
     the end), else on the test split; track the best by train.best_metric."""
     split, prefix = (s.data.val, "val") if s.data.val is not None else (None, "eval")
     evals = _timed_eval(s, clock, loggers, log, split, prefix)
+    log(f"{prefix} @ step {s.state.step}: " + format_eval(evals))
     value = evals.get(s.cfg.train.best_metric)
     if value is not None:
-        if s.best["value"] is None or value > s.best["value"]:
+        if s.best["value"] is None or value > s.best["value"] + _best_margin(s, evals, log):
             s.best.update(value=float(value), step=s.state.step, evals_since=0)
         else:
             s.best["evals_since"] += 1
     return evals
+
+
+def _best_margin(s: Session, evals: dict, log: Log) -> float:
+    """How far a new evaluation must beat the kept best (train.best_margin): 0, or its standard error,
+    said when a higher value stays within it."""
+    t = s.cfg.train
+    if t.best_margin == "none":
+        return 0.0
+    key = f"se/{t.best_metric}"
+    if key not in evals:
+        raise ConfigError(f"train.best_margin=se needs the evaluation to report {key}, and this task's does not "
+                          f"(it reports {sorted(evals)}): set train.best_margin=none")
+    value, margin = evals[t.best_metric], float(evals[key])
+    if s.best["value"] < value <= s.best["value"] + margin:
+        log(f"best: {t.best_metric} {value:.4f} is above the kept {s.best['value']:.4f} (step {s.best['step']}) "
+            f"by {value - s.best['value']:.4f}, within its standard error {margin:.4f} on this split "
+            "(train.best_margin=se): the kept weights stay the best")
+    return margin
 
 
 def _evaluated_at(cfg: Config, step: int) -> bool:

@@ -27,7 +27,7 @@ Log = Callable[[str], None]
 RESUME_IGNORE = ("run", "train.max_steps", "train.max_minutes", "train.eval_every", "train.log_every",
                  "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoints",
                  "data.eval_limit", "data.path", "train.micro_batch", "train.restore_best",
-                 "train.early_stop_evals")
+                 "train.early_stop_evals", "train.best_margin")
 PER_RANK_META = ("stream", "rng", "samples_started")  # besides the rank's own tensors (distributed.RANK_KEYS)
 
 
@@ -103,7 +103,8 @@ def save_state(s: Session, metrics: dict, log: Log = print) -> Path | None:
     meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s), best=dict(s.best))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
-                                      keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log)
+                                      keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log,
+                                      best_step=s.best["step"])
 
 
 def execution(s: Session) -> dict:

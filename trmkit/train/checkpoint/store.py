@@ -187,6 +187,7 @@ def save_checkpoint(
     best_metric: str | None = None,
     best_mode: str = "max",
     log: Callable[[str], None] = print,
+    best_step: int | None = None,
 ) -> Path:
     """Atomically write RUN_DIR/checkpoints/step-XXXXXXXX, then rotate old ones.
 
@@ -194,6 +195,8 @@ def save_checkpoint(
     anything JSON-able the caller needs (RNG state, data position, ...). Raises
     CheckpointError on any write failure (disk full included), leaving the
     previous checkpoints untouched. A checkpoint of the same step is replaced.
+    ``best_step``: the caller's own choice of the best (train.best_margin may keep an earlier,
+    lower value); rotation keeps that checkpoint where it exists, else the best by the metric.
     """
     if step < 0 or keep_last < 1 or best_mode not in ("max", "min"):
         raise ValueError(f"need step >= 0, keep_last >= 1, best_mode max|min; got {step}, {keep_last}, {best_mode!r}")
@@ -217,7 +220,7 @@ def save_checkpoint(
     for later in list_checkpoints(run_dir):
         if step_of(later) > step:
             _move_aside(later, log, f"it is newer than step {step}, from a run that was resumed earlier")
-    _rotate(run_dir, final, keep_last, best_metric, best_mode, log)
+    _rotate(run_dir, final, keep_last, best_metric, best_mode, log, best_step)
     return final
 
 
@@ -233,9 +236,11 @@ def _metric_of(path: Path, metric: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _find_best(paths: list[Path], metric: str, mode: str) -> tuple[Path, float] | None:
+def _find_best(paths: list[Path], metric: str, mode: str, step: int | None = None) -> tuple[Path, float] | None:
+    chosen = [p for p in paths if step_of(p) == step]  # the caller's best, where it is on disk with the metric
+    candidates = chosen if chosen and _metric_of(chosen[0], metric) is not None else paths
     best: tuple[Path, float] | None = None
-    for p in paths:  # oldest first: ties keep the earlier checkpoint
+    for p in candidates:  # oldest first: ties keep the earlier checkpoint
         value = _metric_of(p, metric)
         if value is None:
             continue
@@ -246,13 +251,13 @@ def _find_best(paths: list[Path], metric: str, mode: str) -> tuple[Path, float] 
 
 def _rotate(
     run_dir: str | os.PathLike, new: Path, keep_last: int,
-    best_metric: str | None, best_mode: str, log: Callable[[str], None],
+    best_metric: str | None, best_mode: str, log: Callable[[str], None], best_step: int | None = None,
 ) -> None:
     """Keep the last ``keep_last`` plus the best; failures here are logged, not raised."""
     paths = list_checkpoints(run_dir)
     keep = set(paths[-keep_last:]) | {new}
     if best_metric is not None:
-        best = _find_best(paths, best_metric, best_mode)
+        best = _find_best(paths, best_metric, best_mode, best_step)
         if best is not None:
             keep.add(best[0])
             record = {"name": best[0].name, "step": step_of(best[0]), "metric": best_metric,

@@ -1,0 +1,66 @@
+"""train.best_margin: which evaluation becomes the best checkpoint, and the standard error it reads."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from trmkit.config import Config, ConfigError, TrainConfig
+from trmkit.tasks.classify import bootstrap_se
+from trmkit.train import loop
+
+
+def _session(margin: str) -> SimpleNamespace:
+    cfg = Config()
+    cfg.train.best_metric, cfg.train.best_margin = "macro_f1", margin
+    return SimpleNamespace(cfg=cfg, data=SimpleNamespace(val=object()), state=SimpleNamespace(step=0),
+                           best={"value": None, "step": None, "evals_since": 0})
+
+
+def _evaluate(s, monkeypatch, scores) -> list[str]:
+    """Periodic evaluations at steps 100, 200, ... returning (macro_f1, its standard error)."""
+    said: list[str] = []
+    for i, (value, se) in enumerate(scores):
+        s.state.step = 100 * (i + 1)
+        monkeypatch.setattr(loop, "_timed_eval", lambda *a, v=value, e=se, **k: {"macro_f1": v, "se/macro_f1": e})
+        loop._periodic_eval(s, None, None, said.append)
+    return said
+
+
+SCORES = [(0.950, 0.03), (0.967, 0.03), (0.940, 0.03), (0.990, 0.03)]
+
+
+def test_without_a_margin_any_higher_value_is_the_new_best(monkeypatch):
+    s = _session("none")
+    _evaluate(s, monkeypatch, SCORES[:3])
+    assert s.best["step"] == 200 and s.best["value"] == pytest.approx(0.967) and s.best["evals_since"] == 1
+
+
+def test_with_se_a_gain_within_the_standard_error_keeps_the_earlier_best_and_says_so(monkeypatch):
+    s = _session("se")
+    said = _evaluate(s, monkeypatch, SCORES[:3])
+    assert s.best["step"] == 100 and s.best["value"] == pytest.approx(0.950) and s.best["evals_since"] == 2
+    assert any("within its standard error 0.0300" in line and "(step 100)" in line for line in said)
+    s = _session("se")
+    _evaluate(s, monkeypatch, SCORES)  # 0.990 at step 400 clears 0.950 + 0.03
+    assert s.best["step"] == 400 and s.best["evals_since"] == 0
+
+
+def test_se_needs_the_task_to_report_it_and_the_key_is_checked():
+    with pytest.raises(ConfigError, match="train.best_margin='always'"):
+        TrainConfig(best_margin="always")
+    s = _session("se")
+    s.best.update(value=0.5, step=100)
+    with pytest.raises(ConfigError, match="se/macro_f1.*train.best_margin=none"):
+        loop._best_margin(s, {"macro_f1": 0.6}, print)
+
+
+def test_bootstrap_se_is_the_spread_of_the_score_and_shrinks_with_more_examples():
+    rng = np.random.default_rng(1)
+    t = rng.integers(0, 3, 400)
+    p = np.where(rng.random(400) < 0.8, t, rng.integers(0, 3, 400))  # about 80% right
+    small, large = bootstrap_se(t[:50], p[:50], 3), bootstrap_se(t, p, 3)
+    assert small == bootstrap_se(t[:50], p[:50], 3)  # fixed seed: the same answer every time
+    acc = (t == p).mean()
+    assert large["accuracy"] == pytest.approx(np.sqrt(acc * (1 - acc) / 400), rel=0.15)  # binomial
+    assert small["macro_f1"] > 1.5 * large["macro_f1"] > 0
+    assert bootstrap_se(t, t, 3) == {"accuracy": 0.0, "macro_f1": 0.0}  # all right: nothing to move
