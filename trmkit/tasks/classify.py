@@ -177,6 +177,23 @@ def _macro_f1_batch(t: np.ndarray, p: np.ndarray, num_classes: int) -> np.ndarra
     return (f1 * present).sum(1) / np.maximum(present.sum(1), 1)
 
 
+RESAMPLE_CELLS = 1 << 24  # example indices a bootstrap holds at once (128 MB), whatever the split's size
+
+
+def _resample(t: np.ndarray, preds: list[np.ndarray], num_classes: int, rounds: int,
+              seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(accuracy of preds[0], [macro-F1 of each of preds]) on each of `rounds` resamples of the
+    examples, the same resamples for every prediction; drawn in chunks, the same draws as at once."""
+    rng, chunk = np.random.default_rng(seed), max(1, RESAMPLE_CELLS // len(t))
+    acc, f1 = [], [[] for _ in preds]
+    for start in range(0, rounds, chunk):
+        idx = rng.integers(0, len(t), size=(min(chunk, rounds - start), len(t)))
+        acc.append((t[idx] == preds[0][idx]).mean(1))
+        for scores, p in zip(f1, preds):
+            scores.append(_macro_f1_batch(t[idx], p[idx], num_classes))
+    return np.concatenate(acc), [np.concatenate(scores) for scores in f1]
+
+
 def bootstrap_ci(y_true: Any, y_pred: Any, num_classes: int, other_pred: Any = None,
                  rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0, level: float = 0.95) -> dict:
     """Percentile intervals of accuracy and macro-F1 over `rounds` resamples of the test examples;
@@ -185,16 +202,14 @@ def bootstrap_ci(y_true: Any, y_pred: Any, num_classes: int, other_pred: Any = N
     t, p = _labels(y_true, "y_true", num_classes), _labels(y_pred, "y_pred", num_classes)
     if len(t) == 0:
         return {}
-    idx = np.random.default_rng(seed).integers(0, len(t), size=(rounds, len(t)))
+    others = [] if other_pred is None else [_labels(other_pred, "other_pred", num_classes)]
+    acc, f1 = _resample(t, [p, *others], num_classes, rounds, seed)
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    f1 = _macro_f1_batch(t[idx], p[idx], num_classes)
     out = {"level": level, "rounds": rounds,
-           "macro_f1": np.percentile(f1, [lo, hi]).tolist(),
-           "accuracy": np.percentile((t[idx] == p[idx]).mean(1), [lo, hi]).tolist()}
-    if other_pred is not None:
-        q = _labels(other_pred, "other_pred", num_classes)
-        diff = f1 - _macro_f1_batch(t[idx], q[idx], num_classes)
-        out["macro_f1_difference"] = np.percentile(diff, [lo, hi]).tolist()
+           "macro_f1": np.percentile(f1[0], [lo, hi]).tolist(),
+           "accuracy": np.percentile(acc, [lo, hi]).tolist()}
+    if others:
+        out["macro_f1_difference"] = np.percentile(f1[0] - f1[1], [lo, hi]).tolist()
     return out
 
 
@@ -205,9 +220,8 @@ def bootstrap_se(y_true: Any, y_pred: Any, num_classes: int, rounds: int = BOOTS
     t, p = _labels(y_true, "y_true", num_classes), _labels(y_pred, "y_pred", num_classes)
     if len(t) == 0:
         return {"accuracy": 0.0, "macro_f1": 0.0}
-    idx = np.random.default_rng(seed).integers(0, len(t), size=(rounds, len(t)))
-    return {"accuracy": float((t[idx] == p[idx]).mean(1).std()),
-            "macro_f1": float(_macro_f1_batch(t[idx], p[idx], num_classes).std())}
+    acc, (f1,) = _resample(t, [p], num_classes, rounds, seed)
+    return {"accuracy": float(acc.std()), "macro_f1": float(f1.std())}
 
 
 # ---------------------------------------------------------------- calibration

@@ -237,10 +237,11 @@ def _metric_of(path: Path, metric: str) -> float | None:
 
 
 def _find_best(paths: list[Path], metric: str, mode: str, step: int | None = None) -> tuple[Path, float] | None:
-    chosen = [p for p in paths if step_of(p) == step]  # the caller's best, where it is on disk with the metric
-    candidates = chosen if chosen and _metric_of(chosen[0], metric) is not None else paths
+    for p in paths:  # the caller's best, where it is on disk with the metric
+        if step_of(p) == step and (value := _metric_of(p, metric)) is not None:
+            return p, value
     best: tuple[Path, float] | None = None
-    for p in candidates:  # oldest first: ties keep the earlier checkpoint
+    for p in paths:  # oldest first: ties keep the earlier checkpoint
         value = _metric_of(p, metric)
         if value is None:
             continue
