@@ -35,8 +35,12 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 
 def _run_data(args: argparse.Namespace) -> int:
     from trmkit import registry
+    from trmkit.files import check_output
 
     try:
+        source = getattr(args, "source", None)
+        if source and Path(source).exists():
+            check_output(args.out, [source])  # a store written over (or into) its own source would destroy it
         registry.get(args.task).build(args, print)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err

@@ -68,6 +68,42 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def check_output(out: str | os.PathLike[str], reads: Iterable[str | os.PathLike[str]], flag: str = "--out",
+                 inside_ok: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """`out`, unless writing it could destroy something the command reads: else UnsafeTargetError.
+
+    Refused, after resolving links: `out` is one of `reads` (or a hard link to one), lies inside a
+    folder of `reads` (a file of the bundle, run or mailbox being read), or holds one of them (a
+    folder output renamed over it would delete it). A new path inside a folder of `inside_ok` is
+    allowed (a bundle exported into the run it comes from). `out` itself is checked by
+    `check_target` where it names an existing special file."""
+    path = Path(out)
+    target = path.resolve()
+    allowed = {Path(p).resolve() for p in inside_ok}
+    for read in reads:
+        if str(read) == "-":
+            continue
+        source = Path(read).resolve()
+        if target == source or _same_file(path, Path(read)):
+            raise UnsafeTargetError(f"{flag} {out} is {read}, which this command reads: writing there would destroy "
+                                    "it; give a new path")
+        if source in target.parents and source not in allowed:
+            raise UnsafeTargetError(f"{flag} {out} lies inside {read}, which this command reads: writing there "
+                                    "could change or break what it reads; write outside it")
+        if target in source.parents:
+            raise UnsafeTargetError(f"{flag} {out} holds {read}, which this command reads: writing there could "
+                                    "delete it; give a new path outside it")
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Both exist and are the same file (a hard link counts)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def temp_sibling(path: str | os.PathLike[str]) -> Path:
     """A fresh hidden name next to `path` (same filesystem, so the rename is atomic)."""
     path = Path(path)

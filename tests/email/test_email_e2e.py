@@ -247,17 +247,25 @@ def test_sort_files_verified_copies_into_a_maildir_and_never_touches_the_origina
     into = tmp_path / "sorted"
     base = ["email", "sort", str(tmp / "run"), str(box), "--into", str(into)]
     assert cli.main([*base, "--dry-run"]) == 0
-    assert "would copy 12 messages" in capsys.readouterr().err and not into.exists()
+    assert "would file 12 new copies" in capsys.readouterr().err and not into.exists()
     assert cli.main(base) == 0
-    assert "copied 12 messages" in capsys.readouterr().err
+    assert "filed 12 new copies" in capsys.readouterr().err
     copies = list(into.glob(".*/cur/*"))
     assert sorted(p.read_bytes() for p in copies) == sorted(f.read_bytes() for f in picked)  # each exactly once
     assert {p.parent.parent.name for p in copies} <= {".easy-ham", ".hard-ham", ".spam"}
     assert not [p for p in into.rglob("tmp/*")]  # nothing left half-delivered
     assert cli.main(base) == 0  # a second run finds everything in place
     err = capsys.readouterr().err
-    assert "copied 0 messages" in err and "12 already there" in err
+    assert "filed 0 new copies" in err and "12 already in place" in err
     assert len(list(into.glob(".*/cur/*"))) == 12
+    # reruns with other thresholds move a message between folders, never copy it twice
+    for threshold in (["--threshold", "0.999"], ["--threshold", "0.5"], []):
+        assert cli.main([*base, *threshold]) == 0
+        err = capsys.readouterr().err
+        copies = list(into.glob(".*/cur/*"))
+        assert sorted(p.read_bytes() for p in copies) == sorted(f.read_bytes() for f in picked), threshold
+        if threshold[-1:] == ["0.999"]:
+            assert {p.parent.parent.name for p in copies} == {".uncertain"} and "12 moved" in err
     assert cli.main([*base[:-1], str(tmp_path / "stamped"), "--stamp"]) == 0
     for p in (tmp_path / "stamped").glob(".*/cur/*"):
         head, _, rest = p.read_bytes().partition(b"\n")
@@ -266,3 +274,101 @@ def test_sort_files_verified_copies_into_a_maildir_and_never_touches_the_origina
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in box.rglob("*") if p.is_file()}
     assert after == before  # the originals: same files, same bytes
     assert cli.main(["email", "sort", str(tmp / "run"), str(tmp_path / "x.mbox"), "--into", str(into)]) == 2
+
+
+def _fingerprints(*paths: Path) -> dict:
+    import hashlib
+
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()]
+    return {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def test_no_email_command_writes_over_what_it_reads(trained, tmp_path, capsys):
+    """--out / --into onto an mbox, a CSV, an .eml, a folder of mail, a bundle's or a run's file:
+    refused by name before any work, every input byte-identical afterwards."""
+    tmp, source = trained
+    bundle, mail = tmp_path / "bundle", tmp_path / "mail"
+    assert cli.main(["email", "export", str(tmp / "run"), "--out", str(bundle)]) == 0
+    mail.mkdir()
+    files = sorted((source / "spam-1").iterdir())[:3]
+    for f in files:
+        (mail / f.name).write_bytes(f.read_bytes())  # real copies: a failed guard must not reach the shared corpus
+    eml, mbox, csv = mail / files[0].name, tmp_path / "box.mbox", tmp_path / "mail.csv"
+    mbox.write_bytes(b"".join(f.read_bytes() for f in files))
+    csv.write_text("text,label\nwin a prize now,spam\nlunch at noon?,ham\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(mbox)
+    inputs = [mail, mbox, csv, bundle, tmp / "run"]
+    before = _fingerprints(*inputs)
+    capsys.readouterr()
+    refused = {  # command -> the words of its refusal
+        ("predict", str(bundle), str(mbox), "--out", str(mbox)): "which this command reads",
+        ("predict", str(bundle), str(csv), "--out", str(csv)): "which this command reads",
+        ("predict", str(bundle), str(eml), "--out", str(eml)): "which this command reads",
+        ("predict", str(bundle), str(mbox), "--out", str(link)): "which this command reads",  # through a link
+        ("predict", str(bundle), str(mail), "--out", str(mail / "labels.jsonl")): "lies inside",
+        ("predict", str(bundle), str(eml), "--out", str(bundle / "labels.json")): "lies inside",
+        ("predict", str(tmp / "run"), str(eml), "--out", str(tmp / "run" / "summary.json")): "lies inside",
+        ("predict", str(tmp / "run"), str(eml), "--out", str(tmp / "store" / "x.jsonl")): "lies inside",
+        ("predict", str(bundle), str(eml), "--out", "/dev/null"): "not a regular file",
+        ("sort", str(bundle), str(mail), "--into", str(mail)): "which this command reads",
+        ("sort", str(bundle), str(mail), "--into", str(mail / "sorted")): "lies inside",
+        ("sort", str(bundle), str(mail), "--into", str(tmp_path)): "holds",
+        ("sort", str(bundle), str(mail), "--into", str(bundle / "sorted")): "lies inside",
+        ("sort", str(bundle), str(mail), "--into", str(mbox)): "is not a folder",
+        ("export", str(tmp / "run"), "--out", str(tmp / "run")): "which this command reads",
+        ("export", str(tmp / "run"), "--out", str(tmp / "store")): "which this command reads",
+        ("export", str(tmp / "run"), "--out", str(tmp / "store" / "bundle")): "lies inside",
+        ("export", str(tmp / "run"), "--out", str(tmp)): "holds",
+        ("baseline", str(tmp / "store"), "--out", str(tmp / "store" / "train" / "meta.json")): "lies inside",
+        ("baseline", str(tmp / "store"), "--run", str(tmp / "run"), "--out",
+         str(tmp / "run" / "classification.json")): "lies inside",
+    }
+    for args, words in refused.items():
+        assert cli.main(["email", *args]) == 2, args
+        assert words in capsys.readouterr().err, args
+    for args, words in {("--source", str(mail), "--out", str(mail)): "which this command reads",
+                        ("--source", str(mail), "--out", str(mail / "store")): "lies inside",
+                        ("--source", str(mbox), "--out", str(mbox)): "which this command reads",
+                        ("--source", str(csv), "--out", str(tmp_path)): "holds"}.items():
+        assert cli.main(["data", "email", *args]) == 2, args
+        assert words in capsys.readouterr().err, args
+    assert _fingerprints(*inputs) == before
+    assert Path("/dev/null").is_char_device()
+    # a new folder inside the run stays allowed (the demo exports to RUN/bundle), and again over itself
+    for _ in range(2):
+        assert cli.main(["email", "export", str(tmp / "run"), "--out", str(tmp / "run" / "bundle")]) == 0
+    assert cli.main(["email", "baseline", str(tmp / "store"), "--out", str(tmp_path / "baseline.json")]) == 0
+    assert "macro-F1" in capsys.readouterr().err
+    assert json.loads((tmp_path / "baseline.json").read_text())["stronger"] in ("baseline", "baseline_balanced")
+
+
+def test_a_damaged_bundle_is_named_with_the_way_to_rebuild_it(trained, tmp_path, capsys):
+    import shutil
+
+    tmp, _ = trained
+    bundle = tmp_path / "bundle"
+    assert cli.main(["email", "export", str(tmp / "run"), "--out", str(bundle)]) == 0
+    pristine = tmp_path / "pristine"
+    shutil.copytree(bundle, pristine)
+    eml = next(p for p in sorted((tmp / "mail" / "spam-1").iterdir()))
+    for name, damage in {"labels.json": b'["easy-ham"] ["x"]', "config.json": b"{not json",
+                         "calibration.json": b"\xff\xfe", "tokenizer.json": b'{"version": 1}',
+                         "model.safetensors": b"\x00" * 64}.items():
+        shutil.rmtree(bundle)
+        shutil.copytree(pristine, bundle)
+        (bundle / name).write_bytes(damage)
+        capsys.readouterr()
+        assert cli.main(["email", "predict", str(bundle), str(eml)]) == 2, name
+        err = capsys.readouterr().err
+        assert f"{bundle / name} is damaged" in err and "trmkit email export RUN --out" in err, (name, err)
+        assert "Traceback" not in err
+
+
+def test_a_store_with_one_class_is_refused_with_its_counts(tmp_path, capsys):
+    csv = tmp_path / "mail.csv"
+    csv.write_text("text,label\n" + "".join(f"message number {i} about things,spam\n" for i in range(20)))
+    assert cli.main(["data", "email", "--source", str(csv), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "every labelled message has the label 'spam' (20 messages" in err and "--label-from" in err
+    assert not (tmp_path / "store").exists()

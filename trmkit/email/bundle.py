@@ -16,6 +16,7 @@ come from trmkit.rundir, its weights load through rundir.load_weights) and class
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import shutil
@@ -78,15 +79,23 @@ def run_files(run_dir: Path) -> tuple[dict, Path, dict]:
     """(the run's config.yaml, its store's train/ folder, that folder's meta.json)."""
     import yaml
 
-    cfg = yaml.safe_load(rundir.path(run_dir, rundir.CONFIG).read_text())
+    config = rundir.path(run_dir, rundir.CONFIG)
+    cfg = reading(config, lambda p: yaml.safe_load(p.read_text()))
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict) or "path" not in cfg["data"]:
+        raise _Unreadable(config, "it names no data.path")
     train = Path(cfg["data"]["path"]) / "train"
-    return cfg, train, json.loads((train / META_FILE).read_text())
+    if not (train / META_FILE).is_file():
+        raise ConfigError(f"{train / META_FILE} not found: {run_dir} was trained on the store {train.parent}, "
+                          "which is gone or moved; build it again with `trmkit data email` (or copy it back)")
+    return cfg, train, read_json(train / META_FILE)
 
 
 def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
     """Write BUNDLE from a finished run; atomic (a hidden sibling renamed into place)."""
     run_dir, out = Path(run_dir), Path(out)
-    cfg, train, meta = run_files(run_dir)
+    with damaged("the run's files come from `trmkit train`, its store's from `trmkit data email`: rebuild the "
+                 "damaged one"):
+        cfg, train, meta = run_files(run_dir)
     if meta.get("task") != NAME or not meta.get("classes"):
         raise ConfigError(f"{run_dir}: trained on a {meta.get('task')!r} store; export takes an e-mail run")
     weights = rundir.path(run_dir, rundir.WEIGHTS)
@@ -193,8 +202,42 @@ def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration, as_run: d
     return "\n".join(lines)
 
 
+class DamagedFileError(ConfigError):
+    """A file of a bundle, run or store exists but cannot be read as what it should be."""
+
+
+@contextlib.contextmanager
+def damaged(fix: str):
+    """Turn a failure to read one of a model's files into an error that names the file and `fix`:
+    every reader below raises through `reading`, which remembers the file being read."""
+    try:
+        yield
+    except _Unreadable as err:
+        raise DamagedFileError(f"{err.path} is damaged ({err.reason}); {fix}") from err.__cause__
+
+
+class _Unreadable(Exception):
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def reading(path: Path, read):
+    """read(path), or _Unreadable naming `path` when its contents are not what they should be."""
+    try:
+        return read(path)
+    except (ConfigError, FileNotFoundError):
+        raise
+    except Exception as err:  # noqa: BLE001 - JSON, UTF-8, safetensors, tokenizers: all name the file
+        raise _Unreadable(path, f"{type(err).__name__}: {str(err)[:200]}") from err
+
+
+def read_json(path: Path):
+    return reading(path, lambda p: json.loads(p.read_text(encoding="utf-8")))
+
+
 def _bag(path: Path) -> Bag | None:
-    return Bag.load(path) if path.is_file() else None
+    return reading(path, Bag.load) if path.is_file() else None
 
 
 class Classifier:
@@ -259,23 +302,31 @@ class Classifier:
 
     @classmethod
     def load(cls, path: str | Path, **kwargs) -> "Classifier":
+        """A bundle or a run directory; a damaged file is named with the way to rebuild it."""
         path = Path(path)
         if (path / CONFIG_FILE).is_file():
-            return cls._from_bundle(path, **kwargs)
+            with damaged(f"rebuild the bundle from its run: `trmkit email export RUN --out {path}`"):
+                return cls._from_bundle(path, **kwargs)
         if rundir.path(path, rundir.CONFIG).is_file():
-            return cls._from_run(path, **kwargs)
+            with damaged(f"the run's files come from `trmkit train` (config.yaml, weights) and its store's from "
+                         f"`trmkit data email` (tokenizer, meta.json): rebuild the damaged one, or train {path} "
+                         "again"):
+                return cls._from_run(path, **kwargs)
         raise ConfigError(f"{path}: neither a bundle ({CONFIG_FILE}) nor a run directory ({rundir.CONFIG}); "
                           "pass `trmkit email export RUN --out BUNDLE`'s folder or a finished run")
 
     @classmethod
     def _from_bundle(cls, path: Path, **kwargs) -> "Classifier":
-        config = json.loads((path / CONFIG_FILE).read_text())
-        if config.get("format") != FORMAT:
-            raise ConfigError(f"{path / CONFIG_FILE}: format {config.get('format')!r} is not {FORMAT}")
-        cal = json.loads((path / CALIBRATION_FILE).read_text()) if (path / CALIBRATION_FILE).is_file() else {}
-        return cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE,
-                          json.loads((path / LABELS_FILE).read_text()), config["seq_len"], config.get("tail", 0),
-                          float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE), **kwargs)
+        config = read_json(path / CONFIG_FILE)
+        if not isinstance(config, dict) or config.get("format") != FORMAT or not {"model", "seq_len"} <= set(config):
+            raise _Unreadable(path / CONFIG_FILE, f"it is not a {FORMAT} config (format, model, seq_len)")
+        cal = read_json(path / CALIBRATION_FILE) if (path / CALIBRATION_FILE).is_file() else {}
+        labels = read_json(path / LABELS_FILE)
+        if not isinstance(labels, list) or not all(isinstance(c, str) for c in labels):
+            raise _Unreadable(path / LABELS_FILE, "it is not a list of class names")
+        return cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE, labels, config["seq_len"],
+                          config.get("tail", 0), float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE),
+                          **kwargs)
 
     @classmethod
     def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
@@ -283,7 +334,7 @@ class Classifier:
         fitted = rundir.path(run_dir, rundir.CALIBRATION)
         if not fitted.is_file() and rundir.path(run_dir, rundir.CLASSIFICATION).is_file():
             calibrate(run_dir)
-        cal = json.loads(fitted.read_text()) if fitted.is_file() else {}
+        cal = read_json(fitted) if fitted.is_file() else {}
         return cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
                           text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
                           bag=_bag(train / BAG_FILE), **kwargs)
@@ -295,10 +346,10 @@ class Classifier:
 
         known = {f.name for f in fields(ModelConfig)}
         model = TRM(ModelConfig(**{k: v for k, v in model_cfg.items() if k in known}))
-        rundir.load_weights(model, weights, what=NO_WEIGHTS)
+        reading(weights, lambda p: rundir.load_weights(model, p, what=NO_WEIGHTS))
         if model.cfg.num_classes != len(classes):
             raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")
-        return cls(model, EmailTokenizer.load(tokenizer), list(classes), seq_len, tail, temperature, **kwargs)
+        return cls(model, reading(tokenizer, EmailTokenizer.load), list(classes), seq_len, tail, temperature, **kwargs)
 
     @torch.inference_mode()
     def logits(self, inputs: np.ndarray) -> np.ndarray:

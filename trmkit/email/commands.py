@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trmkit import rundir
 from trmkit.config import ConfigError
-from trmkit.files import UnsafeTargetError, atomic_open
+from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
 MAX_WORKERS = 4  # parsing processes at most: beyond, the model is the bottleneck on a laptop
@@ -54,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("baseline", help="TF-IDF + logistic regression on the store's exact split")
     s.add_argument("data", help="an e-mail store built by `trmkit data email`")
     s.add_argument("--run", default=None, help="a run trained on it: print its test metrics beside")
+    s.add_argument("--out", default=None, help="write the JSON result (every prediction) to this file, atomically, "
+                                               "instead of standard output; the table goes to standard error")
 
 
 def _add_predict(sub) -> None:
@@ -111,13 +113,13 @@ def run_predict(args: argparse.Namespace) -> int:
     from trmkit.hardware.memory import PeakMeter
 
     meter = PeakMeter().start()
+    out_path = guard_output(args.out, [*args.inputs, *model_reads(args.model)]) if args.out else None
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
     cpu = probe_cpu()
     clf.native_bf16, clf.cache_dir = native_bf16(cpu.features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
-    out_path = Path(args.out) if args.out else None
     t0 = time.perf_counter()
     results = prediction_stream(clf, args, report, cpu.effective_cores)
     if out_path is None:
@@ -214,19 +216,20 @@ def run_sort(args: argparse.Namespace) -> int:
         if fmt not in ("eml-dir", "maildir"):
             raise ConfigError(f"{source}: sort copies message files (an .eml file or folder, or a Maildir); this "
                               f"is {fmt or 'missing'}. For an mbox or CSV, `email predict` names each message's source")
+    into = guard_output(args.into, [*args.inputs, *model_reads(args.model)], "--into")
+    if into.exists() and not into.is_dir():
+        raise ConfigError(f"--into {into} exists and is not a folder: sort files copies into a Maildir folder; "
+                          "give a folder's path (it is created if missing)")
     clf = Classifier.load(args.model, batch_size=args.batch, dtype=args.dtype)
     clf.log = _stderr
     clf.native_bf16, clf.cache_dir = native_bf16(probe_cpu().features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     results = predict_stream(clf, input_messages(args.inputs, "auto", report), args.batch)
-    done = sort_messages(((r["source"], r) for r in results), Path(args.into), args.stamp, args.dry_run, _stderr)
+    done = sort_messages(((r["source"], r) for r in results), into, args.stamp, args.dry_run, _stderr)
     for line in report.summary_lines():
         _stderr(line)
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(done.per_label.items()))
-    _stderr(f"sort: {'would copy' if args.dry_run else 'copied'} {sum(done.per_label.values())} messages "
-            f"({counts}) into {args.into}; {done.already} already there, {done.renamed} under a numbered name; "
-            "the originals are untouched")
+    _stderr(done.summary(into, args.dry_run))
     return 0
 
 
@@ -279,9 +282,33 @@ def write_lines(sink, results) -> int:
     return n
 
 
+def guard_output(out: str, reads: list, flag: str = "--out", inside_ok: tuple = ()) -> Path:
+    """`out` as a Path, unless writing it could destroy what the command reads (files.check_output)."""
+    try:
+        return check_output(out, reads, flag, inside_ok)
+    except UnsafeTargetError as err:
+        raise ConfigError(str(err)) from err
+
+
+def model_reads(model: str) -> list[Path]:
+    """What loading `model` reads: the bundle or run folder, and a run's store."""
+    import yaml
+
+    path = Path(model)
+    reads = [path]
+    config = rundir.path(path, rundir.CONFIG)
+    if config.is_file():
+        try:
+            reads.append(Path(yaml.safe_load(config.read_text())["data"]["path"]))
+        except (yaml.YAMLError, KeyError, TypeError):
+            pass  # a damaged config is named when the run is loaded
+    return reads
+
+
 def run_export(args: argparse.Namespace) -> int:
     from trmkit.email.bundle import export
 
+    guard_output(args.out, model_reads(args.run_dir), inside_ok=(args.run_dir,))
     try:
         out = export(args.run_dir, args.out, log=print)
     except (FileExistsError, OSError) as err:
@@ -318,6 +345,7 @@ def run_baseline(args: argparse.Namespace) -> int:
     from trmkit.email.baseline import run_baseline as baseline
 
     data = Path(args.data)
+    out = guard_output(args.out, [data, *(model_reads(args.run) if args.run else [])]) if args.out else None
     classes = json.loads((data / "train" / META_FILE).read_text()).get("classes", [])
     train_x, train_y = store_texts(data, "train")
     test_x, test_y = store_texts(data, "test")
@@ -329,8 +357,14 @@ def run_baseline(args: argparse.Namespace) -> int:
         result["trm"] = trm.get("summary", trm)
         for key in BASELINES:
             result[key.replace("baseline", "trm_minus_baseline")] = paired_difference(trm, result[key], classes)
-    print(json.dumps(result, indent=2))
-    _stderr(side_by_side(result, classes))
+    if out is None:
+        print(json.dumps(result, indent=2))
+    else:
+        try:
+            write_json(out, result)
+        except UnsafeTargetError as err:
+            raise ConfigError(f"--out {err}") from err
+    _stderr(side_by_side(result, classes) + (f"\nthe whole result (JSON): {out}" if out else ""))
     return 0
 
 

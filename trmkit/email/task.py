@@ -97,6 +97,7 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
     if not messages:
         raise ValueError(f"{args.source}: no labelled message was read ({report.skipped} skipped); "
                          "check --format and --label-from (the skipped reasons are above)")
+    refuse_one_class(messages, report, args)
     kept, dedup = remove_duplicates(messages, args.near_duplicates, args.seed)
     warn_if_folds(args, kept, log)
     folded = fold_rare_classes(kept, args.min_class_count, args.other_class, log)
@@ -119,6 +120,18 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
         + f" messages, {len(classes)} classes ({', '.join(classes)}), seq_len {args.seq_len}, "
           f"vocabulary {tok.vocab_size}")
     return Path(args.out)
+
+
+def refuse_one_class(messages: list[Message], report: ImportReport, args: argparse.Namespace) -> None:
+    """A classifier needs two classes: a store with one is refused before any work, with its counts."""
+    counts = Counter(m.label for m in messages)
+    if len(counts) >= 2:
+        return
+    raise ValueError(f"{args.source}: every labelled message has the label {next(iter(counts))!r} "
+                     f"({len(messages)} messages; {report.skipped} skipped, their reasons above): a classifier needs "
+                     "two classes or more. Check --label-from (a pattern must capture a label for every class: one "
+                     "such as 'filename:^(spmsg)?' captures nothing for the other files, which are then skipped as "
+                     "'no label'), --label-column or --label-map")
 
 
 def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> list[Message]:
