@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check trmkit tests benchmarks   # the linter configured in pyproject.toml
+.venv/bin/ruff check trmkit tests benchmarks examples   # the linter configured in pyproject.toml
 if [ "${1:-}" = "--under-load" ]; then
   shift
   cores=$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)))")

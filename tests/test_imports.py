@@ -1,7 +1,7 @@
 """The house keeps its shape (STYLE.md, docs/architecture.md).
 
 Imports point one way: config, files -> rundir -> hardware, model, data, monitor -> plan -> train
--> tasks -> applications (bench, learn, report, email, rl) -> registry -> cli. model and data never
+-> tasks -> applications (bench, learn, report, email, rl) -> registry -> api -> cli. model and data never
 import each other; nothing imports cli; the trainer, planner and guard never import a task.
 Rooms stay small (a module <= 500 lines, a function <= 50), every file name of a run directory is
 spelled only in rundir.py, and only files.py renames a file into place."""
@@ -18,7 +18,7 @@ LAYER = {
     "trmkit.train": 3,
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
-    "trmkit.registry": 4.5,
+    "trmkit.registry": 4.5, "trmkit.api": 4.7,
     "trmkit.cli": 5, "trmkit.__main__": 6,
 }
 SIBLINGS_APART = [("trmkit.model", "trmkit.data")]
@@ -51,12 +51,17 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# The package's front door: `trmkit.train(...)` loads trmkit.api on first use (PEP 562 __getattr__),
+# so `import trmkit` does no work and trmkit.api stays a layer above everything it calls.
+LAZY_FRONT = {"trmkit": {"trmkit.api"}}
+
+
 def test_imports_point_one_way():
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         me = module_name(path)
         my_group, my_layer = layer_of(me)
-        for other in imports_of(path):
+        for other in imports_of(path) - LAZY_FRONT.get(me, set()):
             group, layer = layer_of(other)
             if group == my_group or other == "trmkit":
                 continue

@@ -16,60 +16,26 @@ from trmkit.config import ConfigError
 
 
 def _cache_dir() -> Path:
-    """Where measurements are cached (XDG_CACHE_HOME, else ~/.cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trmkit"
+    from trmkit.api import cache_dir
+
+    return cache_dir()
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
     from trmkit import registry
+    from trmkit.api import add_data_arguments
 
     sub = p.add_subparsers(dest="task", required=True)
     for name, task in registry.TASKS.items():
-        s = sub.add_parser(name, help=task.summary, description=task.summary)
-        s.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
-        s.add_argument("--test-fraction", type=float, default=0.1,
-                       help="share held out for test; 1 puts everything in test (a store for `trmkit eval` only)")
-        s.add_argument("--seed", type=int, default=0)
-        task.add_arguments(s)
+        add_data_arguments(sub.add_parser(name, help=task.summary, description=task.summary), task)
 
 
 def _run_data(args: argparse.Namespace) -> int:
     from trmkit import registry
-    from trmkit.files import check_output
+    from trmkit.api import build_store
 
-    try:
-        source = getattr(args, "source", None)
-        if source and Path(source).exists():
-            check_output(args.out, [source])  # a store written over (or into) its own source would destroy it
-        registry.get(args.task).build(args, print)
-    except (ValueError, FileExistsError, OSError) as err:
-        raise ConfigError(str(err)) from err
+    build_store(registry.get(args.task), args, print)
     return 0
-
-
-def _store_task(cfg: config_mod.Config, log=print):
-    """The task that built the run's store (None: an unknown task, generic metrics only)."""
-    from trmkit import registry
-    from trmkit.data.store import META_FILE, StoreError, read_meta
-
-    root = Path(cfg.data.path)
-    for split in ("train", "test"):
-        try:
-            name = read_meta(root / split / META_FILE).task
-        except StoreError:
-            continue
-        try:
-            return registry.get(name)
-        except KeyError:
-            log(f"task: {name!r} is not a registered task; evaluation reports the generic metrics only")
-            return None
-    return None
-
-
-def _task_hooks(cfg: config_mod.Config, log=print) -> dict:
-    """What the store's task plugs into the trainer: its scorer and its generator."""
-    task = _store_task(cfg, log)
-    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None}
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -80,15 +46,21 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget); "
                         "with several processes on one machine, theirs together")
+    p.add_argument("--minutes", type=float, default=None, metavar="N",
+                   help="train for N minutes: the number of steps and the learning-rate schedule are fitted to N "
+                        "minutes on this machine from the measured step time (train.max_minutes=N "
+                        "train.fit_to_time=true)")
     p.add_argument("--nproc", type=int, default=0, metavar="N",
                    help="train with N processes on this machine: runs `torchrun --standalone --nproc-per-node N "
                         "-m trmkit train ...` (docs/distributed.md)")
 
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
+    from trmkit.api import DEFAULT_CONFIG, minutes_overrides
     from trmkit.train.resume import load_for_run
 
-    return load_for_run(args.config, args.overrides, args.resume, "configs/sudoku-laptop.yaml")
+    return load_for_run(args.config, list(args.overrides) + minutes_overrides(args.minutes), args.resume,
+                        DEFAULT_CONFIG)
 
 
 def _launch(nproc: int) -> int:
@@ -122,16 +94,14 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, world) -> int:
-    from trmkit import hardware, rundir
-    from trmkit.train import distributed, loop
-    from trmkit.train.session import prepare
+    from trmkit import rundir
+    from trmkit.api import run_training
+    from trmkit.train import distributed
 
     cfg = _train_config(args)
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
-        session = prepare(cfg, hardware.probe(), log=log, cache_dir=_cache_dir(),
-                          world=world, **_task_hooks(cfg, log))
-        loop.train(session, is_tty=sys.stdout.isatty() and world.main, log=log)
+        run_training(cfg, world, log, is_tty=sys.stdout.isatty() and world.main)
     except RuntimeError as err:
         if not (world.active and distributed.is_peer_failure(err)):
             raise
@@ -201,48 +171,12 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from trmkit import hardware, rundir
-    from trmkit.train import evaluate, testtime
-    from trmkit.train.finish import memory_summary
-    from trmkit.train.session import prepare
+    from trmkit.api import evaluate
 
-    run_dir = Path(args.run_dir)
-    overrides = [f"run.dir={run_dir}"] + ([f"data.path={args.data}"] if args.data else []) + args.overrides
-    if not rundir.path(run_dir, rundir.CONFIG).is_file():
-        raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run directory written by `trmkit train`?")
-    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
-    stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the JSON result)
-    counts = testtime.parse_counts(args.vote)
-    steps = testtime.parse_steps(args.steps)
-    session = prepare(cfg, hardware.probe(), log=stderr, cache_dir=_cache_dir(),
-                      evaluate_only=True, **_task_hooks(cfg, stderr))
-    evaluate.load_weights(session, run_dir, args.checkpoint)
-    variants = _variants(cfg, session, max(counts), stderr) if counts else None
-    with session.run.meter.phase("eval"):
-        result = testtime.eval_at_steps(session, steps, args.limit, log=stderr, variants=variants, counts=counts,
-                                        keep=args.checkpoint is None,
-                                        pool=testtime.pool_steps(args.pool, steps))
-    if not result:
-        raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
-    memory = memory_summary(session, log=stderr)
-    result["weights"] = f"checkpoint step {args.checkpoint}" if args.checkpoint is not None else "final"
-    result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
-    result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
-    result["memory"] = memory
-    print(json.dumps(result, indent=2))
+    result = evaluate(args.run_dir, args.data, steps=args.steps, vote=args.vote, pool=args.pool,
+                      checkpoint=args.checkpoint, limit=args.limit, overrides=args.overrides)
+    print(json.dumps(result, indent=2))  # stdout carries only the JSON result; notes go to stderr
     return 0
-
-
-def _variants(cfg: config_mod.Config, session, count: int, log):
-    """The store's task's symmetries to vote over (`trmkit eval --vote`)."""
-    task = _store_task(cfg, log)
-    if task is None or task.variants is None or session.data.test is None:
-        raise ConfigError(f"--vote: the task of {cfg.data.path} declares no symmetries to vote over "
-                          "(Maze and Sudoku do); evaluate without --vote")
-    try:
-        return task.variants(session.data.test.meta, count)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
 
 
 def _add_email(p: argparse.ArgumentParser) -> None:

@@ -183,6 +183,7 @@ class TrainConfig:
     batch_size: int = 768  # global batch: ACT slots updated per optimizer step
     max_steps: int = 1000  # optimizer steps
     max_minutes: float = 0.0  # stop after this wall-clock budget (0 = no limit)
+    fit_to_time: bool = False  # fit max_steps (so the lr schedule) to max_minutes from the measured step time
     optimizer: str = "adam_atan2"  # "adam_atan2" or "adamw"
     lr: float = 1e-4
     lr_min_ratio: float = 1.0  # cosine decays to lr * this (1.0 = constant after warm-up)
@@ -227,6 +228,8 @@ class TrainConfig:
             raise ConfigError(f"train.class_weighting={self.class_weighting!r}: use 'none' or 'balanced'")
         if self.early_stop_evals < 0:
             raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
+        if self.fit_to_time and self.max_minutes <= 0:
+            raise ConfigError("train.fit_to_time=true needs train.max_minutes > 0 (or `trmkit train --minutes N`)")
         if self.best_margin not in ("none", "se"):
             raise ConfigError(f"train.best_margin={self.best_margin!r}: use 'none' (any higher value is a new "
                               "best) or 'se' (higher by more than the evaluation's standard error)")

@@ -372,3 +372,19 @@ def test_a_store_with_one_class_is_refused_with_its_counts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "every labelled message has the label 'spam' (20 messages" in err and "--label-from" in err
     assert not (tmp_path / "store").exists()
+
+
+def test_the_classify_mailbox_example_runs_on_a_run(trained, tmp_path):
+    """examples/classify_mailbox.py: trmkit.classify_mail from Python, on an mbox."""
+    from trmkit import procs
+    from tests import SAFETY_TIMEOUT
+
+    tmp, source = trained
+    mbox = tmp_path / "box.mbox"
+    mbox.write_bytes(b"".join(f.read_bytes() for f in sorted((source / "spam-1").iterdir())[:5]))
+    proc = procs.run([sys.executable, str(ROOT / "examples/classify_mailbox.py"), str(tmp / "run"), str(mbox)],
+                     capture_output=True, text=True, timeout=SAFETY_TIMEOUT, cwd=ROOT,
+                     env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp / "cache")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = eval(proc.stdout.splitlines()[0])  # {'spam': 5} or so: five messages, every one labelled
+    assert sum(counts.values()) == 5 and set(counts) <= {"easy-ham", "hard-ham", "spam"}

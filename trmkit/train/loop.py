@@ -18,12 +18,14 @@ from trmkit import files, hardware, monitor, rundir
 from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split
 from trmkit.train import distributed as dist_mod
+from trmkit.train import timefit
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
 from trmkit.train.resume import restore_best, resume_if_possible, save_state
 from trmkit.train.session import Clock, Session, data_identity
 from trmkit.train.signals import graceful_stop
 from trmkit.train.step import train_step
+from trmkit.train.timefit import TimeFit
 
 Log = Callable[[str], None]
 
@@ -82,9 +84,12 @@ def _agree(s: Session, flags: list[bool]) -> list[bool]:
 def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
     """Steps until max_steps, a stop signal, the time budget or an early stop; the last periodic evaluation."""
     cfg, evals = s.cfg, {}
+    fit = _time_fit(s, clock, log)
     while s.state.step < cfg.train.max_steps:
         _one_step(s, clock, out, log)
         step = s.state.step
+        if fit is not None:
+            cfg = _refit(s, fit, out, log)
         stopped, late, due = _agree(s, [stop.requested, _out_of_time(cfg, clock.start),
                                         _checkpoint_due(cfg, step, clock)])
         if stopped:
@@ -98,6 +103,37 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
         if stop_early or late:
             break
     return evals
+
+
+def _time_fit(s: Session, clock: Clock, log: Log) -> TimeFit | None:
+    """A TimeFit when train.fit_to_time asks for one and this run can use it, else None (said why)."""
+    t = s.cfg.train
+    if not t.fit_to_time:
+        return None
+    if s.run.world.active:
+        log(f"time: several processes: train.max_steps={t.max_steps} is kept (not fitted to the time); "
+            f"train.max_minutes={t.max_minutes:g} stops the run")
+        return None
+    if s.state.step > 0:
+        log(f"time: resumed at step {s.state.step}: train.max_steps={t.max_steps} as fitted before is kept")
+        return None
+    log(f"time: train.max_steps will be fitted to {t.max_minutes:g} minutes from the measured step time "
+        f"(first after {min(timefit.FIT_AFTER_S, 30 * t.max_minutes):g} s of steps, again at "
+        f"{', '.join(f'{r:.0%}' for r in timefit.REFIT_AT)} of the budget)")
+    return TimeFit(budget_s=60 * t.max_minutes, start_s=clock.start)
+
+
+def _refit(s: Session, fit: TimeFit, out: Monitors, log: Log) -> Config:
+    """Apply a due fit to the session's config (and the run's config.yaml, which resume reads)."""
+    due = fit.observe(s.state.step, time.perf_counter())
+    if due is not None:
+        total, why = due
+        s.cfg = config_mod.replace(s.cfg, "train", max_steps=total)
+        out.progress.total_steps = total
+        if s.run.world.main:
+            files.write_text(rundir.path(Path(s.cfg.run.dir), rundir.CONFIG), config_mod.to_yaml(s.cfg))
+        log(f"time: {why}")
+    return s.cfg
 
 
 def _one_step(s: Session, clock: Clock, out: Monitors, log: Log) -> dict:

@@ -1,0 +1,55 @@
+"""The Python API (trmkit/api.py) and the examples/ scripts that use it."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import trmkit
+from tests import SAFETY_TIMEOUT
+from trmkit import procs
+from trmkit.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"run.threads": 1, "run.compile": "off", "run.dtype": "float32", "model.hidden_size": 16,
+        "model.L_layers": 1, "model.halt_max_steps": 2, "train.batch_size": 16, "train.max_steps": 12,
+        "train.eval_every": 0, "train.checkpoint_minutes": 0}
+
+
+def test_import_trmkit_does_no_work_and_names_its_functions():
+    code = "import sys, trmkit; print('trmkit.api' in sys.modules, 'torch' in sys.modules, sorted(trmkit.__all__))"
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY_TIMEOUT).stdout
+    assert out.startswith("False False") and "'fit'" in out and "'classify_mail'" in out
+    with pytest.raises(AttributeError, match="no attribute 'trian'"):
+        trmkit.trian  # noqa: B018
+
+
+def test_build_train_load_and_evaluate_from_python(tmp_path):
+    data = trmkit.build_data("sudoku", tmp_path / "data", log=lambda m: None, source="generate", num=60,
+                             givens="40-44", aug=1, test_fraction=0.2)
+    run = trmkit.fit(ROOT / "configs/sudoku-laptop.yaml", {**TINY, "data.path": data, "run.dir": tmp_path / "run"},
+                       log=lambda m: None)
+    assert run.summary["steps"] == 12 and 0.0 <= run.summary["cell_accuracy"] <= 1.0
+    again = trmkit.load(tmp_path / "run")
+    assert again.config.train.max_steps == 12 and again.config.model.hidden_size == 16
+    curve = again.evaluate(steps=[1, 2], log=lambda m: None)
+    assert set(curve["steps"]) == {1, 2} and curve["trained_steps"] == 2
+    assert json.loads((tmp_path / "run" / "eval_steps.json").read_text())  # kept for the report, as the CLI does
+
+
+def test_bad_input_is_a_config_error_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="unknown task 'sudok'"):
+        trmkit.build_data("sudok", tmp_path / "x")
+    with pytest.raises(ConfigError, match="trmkit data sudoku --help"):
+        trmkit.build_data("sudoku", tmp_path / "x", colour="red")
+    with pytest.raises(ConfigError, match="no config.yaml there"):
+        trmkit.load(tmp_path)
+    with pytest.raises(ConfigError, match="--minutes -1: give a positive number"):
+        trmkit.fit(ROOT / "configs/sudoku-laptop.yaml", minutes=-1)
+
+
+def test_the_sudoku_example_runs(tmp_path):
+    proc = procs.run([sys.executable, str(ROOT / "examples/sudoku_from_python.py"), str(tmp_path), "20"],
+                     capture_output=True, text=True, timeout=SAFETY_TIMEOUT, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "cell accuracy" in proc.stdout and "K=8: exact" in proc.stdout

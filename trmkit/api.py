@@ -1,0 +1,266 @@
+"""trmkit from Python: a few plain functions over the objects the CLI uses (the CLI reads argv
+and calls these).
+
+    import trmkit
+
+    run = trmkit.fit("configs/sudoku-laptop.yaml", {"train.max_steps": 200, "run.dir": "runs/py"})
+    run.summary["exact_accuracy"]                 # the final evaluation, as summary.json holds it
+    trmkit.evaluate(run, steps=[4, 8])["steps"]   # more supervision steps at test time: a curve
+    run = trmkit.load("runs/py")                  # a finished run directory, later
+    trmkit.classify_mail("runs/email/bundle", "mail/")  # [{"label": ..., "probability": ...}, ...]
+
+Every function takes `log` (default: print) for what the CLI would print; errors are
+`trmkit.config.ConfigError` (bad input, with the fix) as on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from trmkit import config as config_mod
+from trmkit import rundir
+from trmkit.config import Config, ConfigError
+
+Log = Callable[[str], None]
+DEFAULT_CONFIG = "configs/sudoku-laptop.yaml"
+
+
+def cache_dir() -> Path:
+    """Where measurements are cached (XDG_CACHE_HOME, else ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trmkit"
+
+
+def as_overrides(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+    """{"train.max_steps": 200, "run.compile": False} -> ["train.max_steps=200", "run.compile=false"]."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items()]
+    return list(overrides)
+
+
+def minutes_overrides(minutes: float | None) -> list[str]:
+    """`--minutes N`: train.max_minutes=N and train.fit_to_time=true (train/timefit.py)."""
+    if minutes is None:
+        return []
+    if minutes <= 0:
+        raise ConfigError(f"--minutes {minutes:g}: give a positive number of minutes")
+    return [f"train.max_minutes={minutes:g}", "train.fit_to_time=true"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory written by `trmkit train` (or `fit` here)."""
+
+    dir: Path
+
+    @property
+    def config(self) -> Config:
+        return config_mod.load(rundir.path(self.dir, rundir.CONFIG), [f"run.dir={self.dir}"])
+
+    @property
+    def summary(self) -> dict:
+        """summary.json: the final evaluation's metrics, speed and memory."""
+        import json
+
+        path = rundir.path(self.dir, rundir.SUMMARY)
+        if not path.is_file():
+            raise ConfigError(f"{path} not found: the run has not finished (`trmkit train --resume {self.dir}`)")
+        return json.loads(path.read_text())
+
+    def evaluate(self, **kwargs) -> dict:
+        """`evaluate(self, ...)`: see `trmkit.evaluate`."""
+        return evaluate(self, **kwargs)
+
+
+def load(run_dir: str | Path) -> Run:
+    """A finished run directory: `trmkit.load("runs/py").summary["exact_accuracy"]`."""
+    run = Run(Path(run_dir))
+    if not rundir.path(run.dir, rundir.CONFIG).is_file():
+        raise ConfigError(f"{run.dir}: no {rundir.CONFIG} there; is it a run directory written by `trmkit train`?")
+    return run
+
+
+def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequence[str] | None = None, *,
+          minutes: float | None = None, resume: str | Path | None = None, log: Log = print) -> Run:
+    """Plan, train and evaluate as `trmkit train CONFIG [k=v ...] [--minutes N]`; the run written.
+
+    Named `fit`, not `train`: `trmkit.train` is the trainer's package.
+
+    >>> run = trmkit.fit("configs/sudoku-laptop.yaml", {"train.max_steps": 100, "run.dir": "runs/a"})
+    >>> round(run.summary["cell_accuracy"], 2)
+    0.78"""
+    from trmkit.train import distributed
+    from trmkit.train.resume import load_for_run
+
+    extra = as_overrides(overrides) + minutes_overrides(minutes)
+    cfg = load_for_run(str(config) if config else None, extra, str(resume) if resume else None, DEFAULT_CONFIG)
+    run_training(cfg, distributed.world_from_env({}), log)
+    return Run(Path(cfg.run.dir))
+
+
+def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False) -> dict:
+    """The one trainer on a loaded config (`world`: this process's place in a torchrun job)."""
+    from trmkit import hardware
+    from trmkit.train import loop
+    from trmkit.train.session import prepare
+
+    session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), world=world, **task_hooks(cfg, log))
+    return loop.train(session, is_tty=is_tty, log=log)
+
+
+def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: Iterable[int] | str | None = None,
+             vote: Iterable[int] | str | None = None, pool: str | None = None, checkpoint: int | None = None,
+             limit: int | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
+             log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
+    """`trmkit eval RUN [--data D] [--steps K,..] [--vote N,..]` as a dict (the JSON the CLI prints).
+
+    >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]"""
+    from trmkit import hardware
+    from trmkit.train import evaluate as evaluate_mod
+    from trmkit.train import testtime
+    from trmkit.train.finish import memory_summary
+    from trmkit.train.session import prepare
+
+    run_dir = load(run.dir if isinstance(run, Run) else run).dir
+    extra = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else []) + as_overrides(overrides)
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra)
+    counts = testtime.parse_counts(_listed(vote))
+    step_list = testtime.parse_steps(_listed(steps))
+    session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), evaluate_only=True,
+                      **task_hooks(cfg, log))
+    evaluate_mod.load_weights(session, run_dir, checkpoint)
+    variants = _variants(cfg, session, max(counts), log) if counts else None
+    with session.run.meter.phase("eval"):
+        result = testtime.eval_at_steps(session, step_list, limit, log=log, variants=variants, counts=counts,
+                                        keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
+    if not result:
+        raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
+    memory = memory_summary(session, log=log)
+    result["weights"] = f"checkpoint step {checkpoint}" if checkpoint is not None else "final"
+    result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
+    result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
+    result["memory"] = memory
+    return result
+
+
+def _listed(values: Iterable[int] | str | None) -> str | None:
+    """[4, 8] -> "4,8" (the CLI's form); a string or None as it is."""
+    if values is None or isinstance(values, str):
+        return values
+    return ",".join(str(int(v)) for v in values)
+
+
+def _variants(cfg: Config, session, count: int, log: Log):
+    """The store's task's symmetries to vote over (`--vote`)."""
+    task = store_task(cfg, log)
+    if task is None or task.variants is None or session.data.test is None:
+        raise ConfigError(f"--vote: the task of {cfg.data.path} declares no symmetries to vote over "
+                          "(Maze and Sudoku do); evaluate without --vote")
+    try:
+        return task.variants(session.data.test.meta, count)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def store_task(cfg: Config, log: Log = print):
+    """The task that built the run's store (None: an unknown task, generic metrics only)."""
+    from trmkit import registry
+    from trmkit.data.store import META_FILE, StoreError, read_meta
+
+    root = Path(cfg.data.path)
+    for split in ("train", "test"):
+        try:
+            name = read_meta(root / split / META_FILE).task
+        except StoreError:
+            continue
+        try:
+            return registry.get(name)
+        except KeyError:
+            log(f"task: {name!r} is not a registered task; evaluation reports the generic metrics only")
+            return None
+    return None
+
+
+def task_hooks(cfg: Config, log: Log = print) -> dict:
+    """What the store's task plugs into the trainer: its scorer and its generator."""
+    task = store_task(cfg, log)
+    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None}
+
+
+def add_data_arguments(p, task) -> None:
+    """The options of `trmkit data NAME`: the common ones, then the task's own."""
+    p.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
+    p.add_argument("--test-fraction", type=float, default=0.1,
+                   help="share held out for test; 1 puts everything in test (a store for `trmkit eval` only)")
+    p.add_argument("--seed", type=int, default=0)
+    task.add_arguments(p)
+
+
+def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> Path:
+    """`trmkit data TASK --out OUT --option value ...` from Python; the store's folder.
+
+    >>> trmkit.build_data("sudoku", "data/easy", source="generate", num=200, givens="34-40", aug=2)
+    PosixPath('data/easy')"""
+    import argparse
+
+    from trmkit import registry
+
+    try:
+        spec = registry.get(task)
+    except KeyError as err:
+        raise ConfigError(str(err.args[0])) from err
+    parser = argparse.ArgumentParser(prog=f"trmkit data {task}", exit_on_error=False)
+    add_data_arguments(parser, spec)
+    argv = ["--out", str(out)]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        argv += [flag] if value is True else [] if value is False else [flag, str(value)]
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except argparse.ArgumentError as err:
+        unknown = [str(err)]
+    if unknown:
+        raise ConfigError(f"build_data({task!r}): {' '.join(unknown)} is not an option of `trmkit data {task}` "
+                          f"(see `trmkit data {task} --help`; options are given as key=value, e.g. num=200)")
+    build_store(spec, args, log)
+    return Path(out)
+
+
+def build_store(task, args, log: Log = print) -> None:
+    """Run a task's builder on parsed `trmkit data` options, after checking that the store would not
+    be written over (or into) its own source."""
+    from trmkit.files import check_output
+
+    source = getattr(args, "source", None)
+    try:
+        if source and Path(source).exists():
+            check_output(args.out, [source])
+        task.build(args, log)
+    except (ValueError, FileExistsError, OSError) as err:
+        raise ConfigError(str(err)) from err
+
+
+def classify_mail(model: str | Path, *inputs: str | Path, threshold: float | Mapping[str, float] | None = None,
+                  batch: int = 256, log: Log = lambda m: print(m, file=sys.stderr)) -> list[dict]:
+    """Classify every message of the inputs (an .eml file or folder, a Maildir, an mbox, a CSV or
+    JSONL) with a bundle or an e-mail run: one dict per message, as `trmkit email predict` prints.
+
+    >>> [p["label"] for p in trmkit.classify_mail("runs/email/bundle", "mail/inbox.mbox")]
+    ['spam', 'easy-ham', ...]"""
+    from trmkit.data.imports import ImportReport
+    from trmkit.email.bundle import Classifier, predict_stream
+    from trmkit.email.commands import input_messages
+
+    clf = Classifier.load(model, batch_size=batch)
+    if threshold is not None:
+        clf.thresholds = dict(threshold) if isinstance(threshold, Mapping) else {"*": float(threshold)}
+    report = ImportReport(source=", ".join(map(str, inputs)), unit="messages")
+    results = list(predict_stream(clf, input_messages([str(i) for i in inputs], "auto", report), batch))
+    for line in report.summary_lines():
+        log(line)
+    return results
