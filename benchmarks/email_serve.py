@@ -1,4 +1,4 @@
-"""Latency of `trmkit email serve` under concurrent single-message requests (issue 27's target:
+"""Latency of `trmkit email serve` under concurrent single-message requests (the target:
 100 at once with p95 < 1 s).
 
     python benchmarks/email_serve.py BUNDLE_OR_RUN [--folder ../shared/data/email/spamassassin]

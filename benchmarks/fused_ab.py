@@ -1,4 +1,4 @@
-"""Same-process A/B of `run.fused_inference` (issue 29): one session of the paper Sudoku config,
+"""Same-process A/B of `run.fused_inference`: one session of the paper Sudoku config,
 its steps alternating with the fused no-gradient path off and on (off, on, on, off, ...), so a busy
 machine slows both sides alike; the ratio of each round (off time / on time) is printed.
 

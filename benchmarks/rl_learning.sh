@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does self-play learn? The protocol of docs/rl.md (issue 26), for each run seed in SEEDS:
+# Does self-play learn? The protocol of docs/rl.md, for each run seed in SEEDS:
 #   1. seed: `trmkit rl seed` for SEED_MINUTES (15);
 #   2. self-play from that seed for RL_MINUTES (30);
 #   3. control: seeding continued from the same seed for the same time;

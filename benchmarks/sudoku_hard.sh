@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hard Sudoku per CPU-hour (issue 28). The shared 17-clue collection (49,158 puzzles) is rated by the
+# Hard Sudoku per CPU-hour. The shared 17-clue collection (49,158 puzzles) is rated by the
 # solver's guesses; its 1,000 highest-rated puzzles are held out (never trained on) and the rest are
 # trained on with x8 augmentation, in arms side by side with THREADS threads each (default 1: two arms on
 # a 2-core machine get the same resources):

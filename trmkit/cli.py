@@ -122,7 +122,7 @@ def _leave_after(work) -> None:
     held; its destructor drops the last reference to the gloo process group, whose destructor
     joins a gloo worker thread; that thread can be destroying an asynchronous allgather that
     needs the GIL to drop a Python tensor: a deadlock that kept a finished run alive until
-    torchrun gave up (issue 24). Everything the run writes is fsync'd and closed before this
+    torchrun gave up. Everything the run writes is fsync'd and closed before this
     point (checkpoints, weights, summary, metrics), so skipping the teardown loses nothing;
     stdout and stderr are flushed here."""
     import traceback

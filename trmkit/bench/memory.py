@@ -6,8 +6,8 @@ Peak RSS after one training step at batch B/2 and at B, same config and threads
 a process's peak RSS cannot be reset portably and the allocator keeps freed
 pages; the fixed part (torch, weights, gradients, optimizer state) is the same
 in both and cancels, so one step is enough: a second one (the optimizer state
-then allocated during backward) would add fixed bytes only, and time (issue 29:
-a 7-step bench of the paper config spent a quarter of its wall time here).
+then allocated during backward) would add fixed bytes only, and time
+(a 7-step bench of the paper config spent a quarter of its wall time here).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Settings are fixed, not tuned on the test split: word 1-2-grams, lowercase,
 sublinear tf, min_df=2; LogisticRegression with C=10, max_iter=2000, no class
 weights. `trmkit email baseline` also runs it with class_weight="balanced" (the
 weighting the e-mail presets train the TRM with), which was the stronger of the
-two on all three corpora measured (docs/email.md, fifth measurement): the bar a
+two on all three corpora measured (docs/email.md): the bar a
 TRM has to clear is the better of the two. The text is what the TRM sees, subject + sender + body
 (`message_text`). The numbers come from `tasks.classify.summary_metrics`, the
 same code that scores the TRM, so the two sides are comparable line by line.

@@ -6,7 +6,7 @@ Departures from / choices beyond the paper (all follow the public reference code
 - In the `mlp_t` mixer the post-norm of the sequence-mixing sub-block is taken
   while the sequence axis is last, i.e. it normalises over positions, as the
   reference code does; the channel MLP's post-norm normalises over channels.
-- The `conv` mixer is ours, not the paper's (issue 25): for tasks whose sequence is an
+- The `conv` mixer is ours, not the paper's: for tasks whose sequence is an
   H x W grid, each block mixes a cell with its 8 neighbours by a 3 x 3 convolution
   (depthwise, or dense with model.conv_dense) in place of attention, with the same
   residual + post-norm; no positions, no puzzle prefix. It follows the recurrent

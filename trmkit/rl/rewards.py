@@ -1,6 +1,6 @@
 """Rewards for the three self-play roles and the advantages computed from them.
 
-Every reward is the executor's verdict, nothing self-graded (issue 26):
+Every reward is the executor's verdict, nothing self-graded:
 
     R_solve    = 1 if the answer executes right, 0 if wrong
     R_critique = 1 if the critique's verdict (right / wrong) matches the executor's, else 0

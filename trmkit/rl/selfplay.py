@@ -1,6 +1,6 @@
 """`SelfPlayObjective`: one self-play round per trainer step, top to bottom (docs/rl.md).
 
-TR-RPG's structure for a policy that writes all its slots at once (issue 26):
+TR-RPG's structure for a policy that writes all its slots at once:
 
   1. propose: per task type, rl.proposals_per_type prompts (a reference task from the buffer),
      rl.propose_samples proposals each from one forward; the executor completes every valid one;
