@@ -12,10 +12,10 @@ Adding a task: write its module with a `TASK = Task(...)` and list it in TASKS b
 from __future__ import annotations
 
 from trmkit.email.task import TASK as EMAIL
-from trmkit.tasks import arc, maze, sudoku
+from trmkit.tasks import arc, maze, pairs, sudoku
 from trmkit.tasks.base import Task
 
-TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, EMAIL)}
+TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL)}
 
 
 def register(task: Task) -> Task:

@@ -1,0 +1,38 @@
+"""Your own puzzle as a task: `trmkit data pairs --source FILE.jsonl` and TASK.
+
+Metrics are the generic ones (cell and exact accuracy; blank-cell accuracy with --blank).
+A trained run answers new inputs with `trmkit predict RUN inputs.jsonl` (trmkit/predict.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trmkit.tasks.base import Log, Task
+from trmkit.tasks.pairs.build import NAME, build_pairs
+from trmkit.tasks.pairs.codec import MAX_CELLS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", required=True,
+                   help='JSONL file, one {"input": ..., "output": ...} per line: equal-shape grids (lists of '
+                        "lists of integers 0..255) or equal-length strings")
+    p.add_argument("--blank", default=None, metavar="SYMBOL",
+                   help="the input symbol of a cell to fill in (e.g. 0 for a Sudoku's blanks): "
+                        "blank_accuracy is then reported too")
+    p.add_argument("--max-cells", type=int, default=MAX_CELLS,
+                   help="longest pair kept (grid cells or characters); longer lines are reported and skipped")
+
+
+def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
+    return build_pairs(args.source, args.out, test_fraction=args.test_fraction, seed=args.seed, blank=args.blank,
+                       max_cells=args.max_cells, log=log)
+
+
+TASK = Task(
+    name=NAME, shape="grid",
+    summary='your own puzzle: a JSONL file of {"input": ..., "output": ...} grids or strings',
+    add_arguments=add_arguments, build=run_build,
+    presets={"laptop": "configs/pairs-laptop.yaml"},
+)
