@@ -267,6 +267,12 @@ def _run_rl(args: argparse.Namespace) -> int:
     return commands.run(args)
 
 
+def _predict():
+    from trmkit import predict  # loads torch: imported when the command runs
+
+    return predict
+
+
 def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `trmkit train`")
 
@@ -442,6 +448,8 @@ COMMANDS = {
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
     "email": ("classify e-mail with a trained run: predict, export, serve, baseline", _add_email, _run_email),
+    "predict": ("answer new inputs with a run trained on `trmkit data pairs`",
+                lambda p: _predict().add_arguments(p), lambda args: _predict().run(args, _cache_dir())),
     "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),

@@ -1,4 +1,5 @@
-"""Your own puzzle: `trmkit data pairs` from JSONL (good and bad lines), and the 6 x 6 Sudoku generator."""
+"""Your own puzzle: `trmkit data pairs` from JSONL (good and bad lines), training a tiny model on it,
+and `trmkit predict` answering new inputs in their own form."""
 
 import importlib.util
 import json
@@ -7,10 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trmkit import cli
 from trmkit.data.store import open_store
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.tasks.pairs.codec import Layout, parse_value
 
+TINY = """
+run: {seed: 0, threads: 1, compile: "off"}
+model: {mixer: mlp_t, hidden_size: 32, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
+train: {batch_size: 8, max_steps: 4, lr: 1.0e-3, warmup_steps: 1, eval_every: 0, log_every: 2,
+        checkpoint_minutes: 0, ema_decay: 0.0}
+"""
 GOOD_GRID = {"input": [[1, 0], [0, 2]], "output": [[1, 2], [2, 2]]}
 
 
@@ -64,6 +72,31 @@ def test_strings_any_alphabet_round_trip_through_the_layout(tmp_path):
         build_pairs(source, tmp_path / "f", blank="z", log=lambda m: None)
 
 
+def test_a_tiny_run_predicts_new_inputs_in_their_own_form(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    pairs = [{"input": g.tolist(), "output": (3 - g).tolist()} for g in rng.integers(0, 4, size=(24, 2, 3))]
+    _write(tmp_path / "train.jsonl", pairs)
+    assert cli.main(["data", "pairs", "--source", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "d")]) == 0
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={tmp_path / 'run'}",
+                     f"data.path={tmp_path / 'd'}"]) == 0
+    inputs = _write(tmp_path / "in.jsonl", [{"input": [[1, 2]]}, "oops", {"input": [[1, 1, 1, 1]]},
+                                            {"input": [[0, 1, 2], [3, 0, 1]], "output": [[3, 2, 1], [0, 3, 2]]}])
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "run"), str(inputs), "--out", str(inputs)]) == 2
+    assert "is the inputs file" in capsys.readouterr().err
+    assert cli.main(["predict", str(tmp_path / "run"), str(inputs), "--out", str(tmp_path / "out.jsonl")]) == 0
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [line["line"] for line in lines] == [1, 2, 3, 4]
+    first = lines[0]["output"]
+    assert len(first) == 1 and len(first[0]) == 2 and all(v in range(4) for v in first[0])  # a 1 x 2 grid back
+    assert lines[1]["error"].startswith("bad_json") and lines[2]["error"].startswith("too_large")
+    assert isinstance(lines[3]["correct"], bool) and "against the 1 given outputs: cell_accuracy" in err
+    assert "in.jsonl:2: bad_json" in err and "2 inputs answered, 2 lines skipped" in err
+
+
 def _generator():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "pairs_sudoku6.py"
     spec = importlib.util.spec_from_file_location("pairs_sudoku6", path)
@@ -82,3 +115,4 @@ def test_the_6x6_sudoku_generator_writes_valid_unique_puzzles(tmp_path):
         units = [*solution, *solution.T, *(solution[r:r + 2, c:c + 3].ravel() for r in (0, 2, 4) for c in (0, 3))]
         assert all(sorted(u) == [1, 2, 3, 4, 5, 6] for u in units)
         assert gen.count_solutions(grid.tolist()) == 1
+
