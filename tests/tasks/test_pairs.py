@@ -12,6 +12,7 @@ from trmkit import cli
 from trmkit.data.store import open_store
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.tasks.pairs.codec import Layout, parse_value
+from trmkit.tasks.pairs.reference import write_reference
 
 TINY = """
 run: {seed: 0, threads: 1, compile: "off"}
@@ -115,4 +116,37 @@ def test_the_6x6_sudoku_generator_writes_valid_unique_puzzles(tmp_path):
         units = [*solution, *solution.T, *(solution[r:r + 2, c:c + 3].ravel() for r in (0, 2, 4) for c in (0, 3))]
         assert all(sorted(u) == [1, 2, 3, 4, 5, 6] for u in units)
         assert gen.count_solutions(grid.tolist()) == 1
+
+
+def _reference_split(folder: Path, sets: dict, meta: dict) -> None:
+    """A split folder as the TRM reference's builders write it: dataset.json and <set>__<array>.npy."""
+    folder.mkdir(parents=True)
+    (folder / "dataset.json").write_text(json.dumps({**meta, "sets": list(sets)}))
+    for name, (inputs, labels, groups) in sets.items():
+        n = len(inputs)
+        arrays = {"inputs": inputs, "labels": labels, "puzzle_identifiers": np.zeros(n, np.int32),
+                  "puzzle_indices": np.arange(n + 1, dtype=np.int32), "group_indices": np.array(groups, np.int32)}
+        for key, value in arrays.items():
+            np.save(folder / f"{name}__{key}.npy", np.asarray(value, dtype=np.int32))
+
+
+def test_a_trm_reference_folder_is_imported_with_its_splits_and_sets_joined(tmp_path):
+    meta = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 5, "seq_len": 4,
+            "num_puzzle_identifiers": 1, "total_groups": 2, "mean_puzzle_examples": 1.0}
+    x = np.array([[1, 2, 3, 4], [1, 1, 2, 2], [4, 3, 2, 1]])
+    _reference_split(tmp_path / "ref" / "train", {"a": (x[:2], 5 - x[:2], [0, 2]), "b": (x[2:], 5 - x[2:], [0, 1])},
+                     meta)
+    _reference_split(tmp_path / "ref" / "test", {"all": (x[:1], 5 - x[:1], [0, 1])}, meta)
+    assert cli.main(["data", "pairs", "--source", str(tmp_path / "ref"), "--out", str(tmp_path / "d"),
+                     "--blank", "1"]) == 0
+    splits = open_store(tmp_path / "d")
+    train = splits["train"]
+    assert np.array_equal(np.asarray(train.inputs), x) and np.array_equal(np.asarray(train.labels), 5 - x)
+    assert list(train.group_indices) == [0, 2, 3] and train.meta.grid_shape == (2, 2)
+    assert train.meta.vocab == ("<pad>", "1", "2", "3", "4") and train.meta.blank_id == 1
+    assert Layout.from_meta(splits["test"].meta).canvas == (2, 2)
+    bad = tmp_path / "bad" / "train"
+    _reference_split(bad, {"all": (np.array([[1, 9, 1, 1]]), np.array([[1, 1, 1, 1]]), [0, 1])}, meta)
+    with pytest.raises(ValueError, match="inputs row 0 holds token 9, outside vocab_size 5"):
+        write_reference(tmp_path / "bad", tmp_path / "e", lambda layout: None, log=lambda m: None)
 

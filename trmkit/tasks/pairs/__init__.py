@@ -2,6 +2,7 @@
 
 codec.py  reading and checking lines, the vocabulary and canvas of a store (Layout), encode/decode
 build.py  the store builder (`build_pairs`)
+reference.py  importing a dataset folder built by the TRM reference implementation
 task.py   the task: `trmkit data pairs` arguments, TASK
 """
 

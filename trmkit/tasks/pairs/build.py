@@ -57,7 +57,7 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
         raise ValueError(f"{source}: no usable pairs ({report.skipped} skipped); nothing written")
     layout = make_layout(pairs[0][0].kind, [v for pair in pairs for v in pair])
     report.notes.append(_layout_note(layout, pairs))
-    blank_id = _blank_id(layout, blank)
+    blank_id = blank_token(layout, blank)
     for line in report.summary_lines():
         log(line)
     inputs = np.stack([layout.encode(x) for x, _ in pairs])  # (n, L)
@@ -83,7 +83,7 @@ def _layout_note(layout: Layout, pairs: list[tuple[Value, Value]]) -> str:
             + (" ..." if len(layout.vocab) > 21 else ""))
 
 
-def _blank_id(layout: Layout, blank: str | None) -> int | None:
+def blank_token(layout: Layout, blank: str | None) -> int | None:
     """The token of --blank (cells to fill in: blank_accuracy is then reported), or None."""
     if blank is None:
         return None
