@@ -23,6 +23,8 @@ def _cache_dir() -> Path:
 def _add_data(p: argparse.ArgumentParser) -> None:
     from trmkit import registry
 
+    for problem in registry.load_plugins():  # third-party tasks (entry points "trmkit.tasks")
+        print(f"trmkit: {problem}", file=sys.stderr)
     sub = p.add_subparsers(dest="task", required=True)
     for name, task in registry.TASKS.items():
         s = sub.add_parser(name, help=task.summary, description=task.summary)

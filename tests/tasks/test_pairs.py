@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trmkit import cli
+from trmkit import cli, registry
 from trmkit.data.store import open_store
+from trmkit.tasks.base import Task
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.tasks.pairs.codec import Layout, parse_value
 from trmkit.tasks.pairs.reference import write_reference
@@ -150,3 +151,26 @@ def test_a_trm_reference_folder_is_imported_with_its_splits_and_sets_joined(tmp_
     with pytest.raises(ValueError, match="inputs row 0 holds token 9, outside vocab_size 5"):
         write_reference(tmp_path / "bad", tmp_path / "e", lambda layout: None, log=lambda m: None)
 
+
+PLUGGED = Task(name="plugged", shape="grid", summary="a task from another package",
+               add_arguments=lambda p: None, build=lambda args, log: log("plugged built"))
+CLASH = Task(name="sudoku", shape="grid", summary="", add_arguments=lambda p: None, build=lambda args, log: None)
+
+
+def test_third_party_tasks_load_from_entry_points_and_a_broken_one_is_named(monkeypatch, capsys):
+    from importlib import metadata
+
+    group = registry.PLUGIN_GROUP
+    plugins = [metadata.EntryPoint("plugged", "tests.tasks.test_pairs:PLUGGED", group),
+               metadata.EntryPoint("broken", "tests.tasks.no_such_module:TASK", group),
+               metadata.EntryPoint("notask", "json:dumps", group),
+               metadata.EntryPoint("clash", "tests.tasks.test_pairs:CLASH", group)]
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [ep for ep in plugins if ep.group == group])
+    monkeypatch.setattr(registry, "TASKS", dict(registry.TASKS))
+    assert cli.main(["data", "plugged", "--out", "unused"]) == 0
+    out, err = capsys.readouterr()
+    assert "plugged built" in out and registry.get("plugged") is PLUGGED
+    assert "task plugin broken = tests.tasks.no_such_module:TASK failed to load: ModuleNotFoundError" in err
+    assert "task plugin notask = json:dumps is a function, not a trmkit.tasks.base.Task" in err
+    assert "task plugin clash = tests.tasks.test_pairs:CLASH is named 'sudoku', which another task has" in err
+    assert "broken" not in registry.TASKS and registry.get("sudoku") is not CLASH
