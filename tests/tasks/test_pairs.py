@@ -174,3 +174,30 @@ def test_third_party_tasks_load_from_entry_points_and_a_broken_one_is_named(monk
     assert "task plugin notask = json:dumps is a function, not a trmkit.tasks.base.Task" in err
     assert "task plugin clash = tests.tasks.test_pairs:CLASH is named 'sudoku', which another task has" in err
     assert "broken" not in registry.TASKS and registry.get("sudoku") is not CLASH
+
+
+def test_augmentation_only_with_the_named_symmetries_keeps_sudoku_answers_valid(tmp_path):
+    _generator().main(["--num", "6", "--seed", "2", "--out", str(tmp_path / "s.jsonl")])
+    quiet = dict(test_fraction=2 / 6, log=lambda m: None)
+    built = build_pairs(tmp_path / "s.jsonl", tmp_path / "d", aug=3, transforms="flip_rows,flip_cols,rot180",
+                        permute="1,2,3,4,5,6", **quiet)
+    assert built["train"] == 4 * 4 and built["test"] == 2  # the test split is never augmented
+    train = open_store(tmp_path / "d")["train"]
+    assert list(train.group_indices) == [0, 4, 8, 12, 16]
+    layout = Layout.from_meta(train.meta)
+    inputs, labels = np.asarray(train.inputs), np.asarray(train.labels)
+    assert len({row.tobytes() for row in labels}) > 4  # the copies differ from their originals
+    for x, y in zip(inputs, labels):
+        grid, solution = np.array(layout.decode(x, (6, 6))), np.array(layout.decode(y, (6, 6)))
+        assert np.all((grid == 0) | (grid == solution)) and (grid == 0).sum() == 18
+        boxes = [solution[r:r + 2, c:c + 3].ravel() for r in (0, 2, 4) for c in (0, 3)]
+        assert all(sorted(u) == [1, 2, 3, 4, 5, 6] for u in [*solution, *solution.T, *boxes])
+    for kwargs, message in [(dict(aug=2), "--aug N needs the symmetries"),
+                            (dict(permute="1,2"), "give their number with --aug N"),
+                            (dict(aug=1, transforms="rot45"), "a grid's transforms are"),
+                            (dict(aug=1, permute="1,9"), "two or more distinct symbols of the data")]:
+        with pytest.raises(ValueError, match=message):
+            build_pairs(tmp_path / "s.jsonl", tmp_path / "e", **kwargs, **quiet)
+    _write(tmp_path / "wide.jsonl", [{"input": [[1, 2, 3]], "output": [[3, 2, 1]]}] * 3)
+    with pytest.raises(ValueError, match="turn rows into columns, and the canvas 1 x 3 is not square"):
+        build_pairs(tmp_path / "wide.jsonl", tmp_path / "f", aug=1, transforms="transpose", **quiet)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trmkit.tasks.base import Log, Task
+from trmkit.tasks.pairs.augment import GRID_TRANSFORMS, STRING_TRANSFORMS
 from trmkit.tasks.pairs.build import NAME, blank_token, build_pairs
 from trmkit.tasks.pairs.codec import MAX_CELLS
 from trmkit.tasks.pairs.reference import is_reference_dir, write_reference
@@ -26,6 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blank", default=None, metavar="SYMBOL",
                    help="the input symbol of a cell to fill in (e.g. 0 for a Sudoku's blanks): "
                         "blank_accuracy is then reported too")
+    p.add_argument("--aug", type=int, default=0, metavar="N",
+                   help="augmented copies per training pair (default none: name the symmetries that keep your "
+                        "answers right with --transforms and/or --permute)")
+    p.add_argument("--transforms", default=None, metavar="LIST",
+                   help="with --aug: transforms of input and output alike, for grids "
+                        f"{','.join(GRID_TRANSFORMS)}, for strings {','.join(STRING_TRANSFORMS)}")
+    p.add_argument("--permute", default=None, metavar="SYMBOLS",
+                   help="with --aug: symbols that may be relabelled among themselves, e.g. 1,2,3,4,5,6 for a "
+                        "Sudoku's digits (one random relabelling per copy, the same in input and output)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS,
                    help="longest pair kept (grid cells or characters); longer lines are reported and skipped")
 
@@ -34,7 +44,8 @@ def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
     if source_format(args.source, args.format, log) == "trm-reference":
         return write_reference(args.source, args.out, lambda layout: blank_token(layout, args.blank), log)
     return build_pairs(args.source, args.out, test_fraction=args.test_fraction, seed=args.seed, blank=args.blank,
-                       max_cells=args.max_cells, log=log)
+                       max_cells=args.max_cells, aug=args.aug, transforms=args.transforms, permute=args.permute,
+                       log=log)
 
 
 def source_format(source: str, chosen: str, log: Log) -> str:
