@@ -44,13 +44,14 @@ def test_bad_lines_are_reported_with_file_line_and_reason_counted_and_skipped(tm
         GOOD_GRID, GOOD_GRID,
     ])
     logged = []
+    with open(source, "ab") as f:
+        f.write(b'{"input": "\xff", "output": "a"}\n')  # line 13: not UTF-8
     built = build_pairs(source, tmp_path / "d", test_fraction=0.25, blank="0", log=logged.append)
-    assert built["skipped"] == 7 and built["train"] + built["test"] == 4
+    assert built["skipped"] == 8 and built["train"] + built["test"] == 4
     text = "\n".join(logged)
-    assert "12 pairs read, 4 kept, 7 skipped" not in text  # blank lines are not read as pairs
-    assert "11 pairs read, 4 kept, 7 skipped" in text
+    assert "12 pairs read, 4 kept, 8 skipped" in text  # blank lines are not read as pairs
     for where, reason in [(2, "bad_json"), (3, "missing_key"), (4, "shape_mismatch"), (5, "ragged_grid"),
-                          (6, "mixed_kinds"), (7, "too_large"), (8, "bad_value")]:
+                          (6, "mixed_kinds"), (7, "too_large"), (8, "bad_value"), (13, "bad_encoding")]:
         assert f"p.jsonl:{where}: {reason}:" in text, (where, reason)
     assert "canvas 2 x 3 (the largest of 2 shapes" in text
     splits = open_store(tmp_path / "d")

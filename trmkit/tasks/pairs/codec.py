@@ -89,7 +89,9 @@ def read_lines(path: str | Path, report: ImportReport) -> Iterator[tuple[int, st
 
 
 def parse_record(line: str) -> dict:
-    """One line as a JSON object; a PairError (bad_json) otherwise."""
+    """One line as a JSON object; a PairError (bad_json, bad_encoding) otherwise."""
+    if "\ufffd" in line:  # read_lines decodes bytes that are not UTF-8 as U+FFFD: never kept silently
+        raise PairError("bad_encoding", "bytes that are not UTF-8 (save the file as UTF-8)")
     try:
         record = json.loads(line)
     except ValueError as e:
