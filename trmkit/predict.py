@@ -28,6 +28,7 @@ from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import ConfigError
 from trmkit.data.imports import ImportReport
+from trmkit.files import atomic_open
 from trmkit.tasks.pairs.codec import Layout, PairError, Value, field, parse_record, read_lines
 
 Log = Callable[[str], None]
@@ -42,7 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cache_dir: Path | None = None) -> int:
     from trmkit import hardware
-    from trmkit.files import atomic_open
 
     stderr = lambda m: print(m, file=sys.stderr)  # noqa: E731 (stdout carries only the answers)
     check_paths(args.inputs, args.out)
@@ -53,9 +53,9 @@ def run(args: argparse.Namespace, cache_dir: Path | None = None) -> int:
     lines, scored = zip(*(answer_line(r, layout, tokens.get(r["line"])) for r in rows)) if rows else ((), ())
     if args.out:
         with atomic_open(args.out, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(line) + "\n" for line in lines)
+            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     else:
-        sys.stdout.writelines(json.dumps(line) + "\n" for line in lines)
+        sys.stdout.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     for line in summary(report, [s for s in scored if s is not None]):
         stderr(line)
     return 0

@@ -202,3 +202,19 @@ def test_augmentation_only_with_the_named_symmetries_keeps_sudoku_answers_valid(
     _write(tmp_path / "wide.jsonl", [{"input": [[1, 2, 3]], "output": [[3, 2, 1]]}] * 3)
     with pytest.raises(ValueError, match="turn rows into columns, and the canvas 1 x 3 is not square"):
         build_pairs(tmp_path / "wide.jsonl", tmp_path / "f", aug=1, transforms="transpose", **quiet)
+
+
+def test_a_string_run_answers_strings_of_the_input_length(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    words = ["abé", "bca", "cab", "éab", "aé", "ba"] * 3
+    _write(tmp_path / "w.jsonl", [{"input": w, "output": w[::-1]} for w in words])
+    assert cli.main(["data", "pairs", "--source", str(tmp_path / "w.jsonl"), "--out", str(tmp_path / "d")]) == 0
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={tmp_path / 'run'}",
+                     f"data.path={tmp_path / 'd'}"]) == 0
+    _write(tmp_path / "in.jsonl", [{"input": "cé"}, {"input": "abcd"}, {"input": [[1]]}])
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "run"), str(tmp_path / "in.jsonl")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines[0]["output"]) == 2 and set(lines[0]["output"]) <= set("abcé")
+    assert lines[1]["error"].startswith("too_large") and lines[2]["error"].startswith("mixed_kinds")

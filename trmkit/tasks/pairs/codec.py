@@ -141,7 +141,8 @@ class Layout:
 
     def fits(self, value: Value) -> None:
         """Raise PairError unless `value` is of this kind, fits the canvas and uses known symbols."""
-        check_kind(value, self.kind)
+        if value.kind != self.kind:
+            raise PairError("mixed_kinds", f"a {value.kind}, but the model was trained on {self.kind}s")
         if any(n > c for n, c in zip(value.shape, self.canvas)):
             raise PairError("too_large", f"shape {list(value.shape)} does not fit the model's {list(self.canvas)}")
         unknown = sorted(set(value.symbols) - set(self.vocab[1:]))
