@@ -147,6 +147,8 @@ def test_a_trm_reference_folder_is_imported_with_its_splits_and_sets_joined(tmp_
     assert list(train.group_indices) == [0, 2, 3] and train.meta.grid_shape == (2, 2)
     assert train.meta.vocab == ("<pad>", "1", "2", "3", "4") and train.meta.blank_id == 1
     assert Layout.from_meta(splits["test"].meta).canvas == (2, 2)
+    assert cli.main(["data", "pairs", "--source", str(tmp_path / "ref"), "--out", str(tmp_path / "x"),
+                     "--aug", "2", "--permute", "1,2"]) == 2  # augmentation is for JSONL pairs
     bad = tmp_path / "bad" / "train"
     _reference_split(bad, {"all": (np.array([[1, 9, 1, 1]]), np.array([[1, 1, 1, 1]]), [0, 1])}, meta)
     with pytest.raises(ValueError, match="inputs row 0 holds token 9, outside vocab_size 5"):

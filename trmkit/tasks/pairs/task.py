@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
     if source_format(args.source, args.format, log) == "trm-reference":
+        if args.aug or args.transforms or args.permute:
+            raise ValueError("--aug, --transforms and --permute apply to JSONL pairs; a TRM reference folder is "
+                             "imported as its builder augmented it")
         return write_reference(args.source, args.out, lambda layout: blank_token(layout, args.blank), log)
     return build_pairs(args.source, args.out, test_fraction=args.test_fraction, seed=args.seed, blank=args.blank,
                        max_cells=args.max_cells, aug=args.aug, transforms=args.transforms, permute=args.permute,
