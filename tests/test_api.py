@@ -53,3 +53,11 @@ def test_the_sudoku_example_runs(tmp_path):
                      capture_output=True, text=True, timeout=SAFETY_TIMEOUT, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "cell accuracy" in proc.stdout and "K=8: exact" in proc.stdout
+
+
+def test_the_own_puzzle_example_runs_and_answers_in_the_inputs_form(tmp_path):
+    proc = procs.run([sys.executable, str(ROOT / "examples/own_puzzle.py"), str(tmp_path), "10"],
+                     capture_output=True, text=True, timeout=SAFETY_TIMEOUT, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.split("answer:")[1].strip().replace("'", '"'))
+    assert len(answer) == 4 and all(len(row) == 4 and set(row) <= {1, 2, 3, 4} for row in answer)

@@ -1,7 +1,7 @@
 """The house keeps its shape (STYLE.md, docs/architecture.md).
 
 Imports point one way: config, files -> rundir -> hardware, model, data, monitor -> plan -> train
--> tasks -> applications (bench, learn, report, email, rl) -> registry -> api -> cli. model and data never
+-> tasks -> applications (bench, learn, report, email, rl, predict) -> registry -> api -> cli. model and data never
 import each other; nothing imports cli; the trainer, planner and guard never import a task.
 Rooms stay small (a module <= 500 lines, a function <= 50), every file name of a run directory is
 spelled only in rundir.py, and only files.py renames a file into place."""
@@ -18,6 +18,7 @@ LAYER = {
     "trmkit.train": 3,
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
+    "trmkit.predict": 4,
     "trmkit.registry": 4.5, "trmkit.api": 4.7,
     "trmkit.cli": 5, "trmkit.__main__": 6,
 }

@@ -76,6 +76,16 @@ class Run:
         """`evaluate(self, ...)`: see `trmkit.evaluate`."""
         return evaluate(self, **kwargs)
 
+    def predict(self, inputs: Sequence, log: Log = lambda m: print(m, file=sys.stderr)) -> list:
+        """Answers of a run trained on a `trmkit data pairs` store, in the inputs' own form.
+
+        >>> trmkit.load("runs/pairs-laptop").predict([[[1, 0, 0, 4, 0, 6], ...]])
+        [[[1, 2, 3, 4, 5, 6], ...]]"""
+        from trmkit import hardware, predict
+
+        session, layout = predict.open_run(self.dir, None, hardware.probe(), log, cache_dir())
+        return predict.answer_values(session, layout, list(inputs))
+
 
 def load(run_dir: str | Path) -> Run:
     """A finished run directory: `trmkit.load("runs/py").summary["exact_accuracy"]`."""
@@ -210,6 +220,8 @@ def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> 
 
     from trmkit import registry
 
+    for problem in registry.load_plugins():  # third-party tasks (entry points "trmkit.tasks")
+        log(f"trmkit: {problem}")
     try:
         spec = registry.get(task)
     except KeyError as err:

@@ -25,6 +25,8 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     from trmkit import registry
     from trmkit.api import add_data_arguments
 
+    for problem in registry.load_plugins():  # third-party tasks (entry points "trmkit.tasks")
+        print(f"trmkit: {problem}", file=sys.stderr)
     sub = p.add_subparsers(dest="task", required=True)
     for name, task in registry.TASKS.items():
         add_data_arguments(sub.add_parser(name, help=task.summary, description=task.summary), task)
@@ -205,6 +207,18 @@ def _run_rl(args: argparse.Namespace) -> int:
     return commands.run(args)
 
 
+def _add_predict(p: argparse.ArgumentParser) -> None:
+    from trmkit import predict  # loads torch: imported when the command runs
+
+    predict.add_arguments(p)
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    from trmkit import predict
+
+    return predict.run(args, _cache_dir())  # the environment is read here only
+
+
 def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `trmkit train`")
 
@@ -380,6 +394,7 @@ COMMANDS = {
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
     "email": ("classify e-mail with a trained run: predict, export, serve, baseline", _add_email, _run_email),
+    "predict": ("answer new inputs with a run trained on `trmkit data pairs`", _add_predict, _run_predict),
     "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),

@@ -6,16 +6,21 @@ below the CLI, which looks a task up here by name: `trmkit data NAME`, the store
 `bench --learn --task NAME`.
 
 Adding a task: write its module with a `TASK = Task(...)` and list it in TASKS below; or call
-`register(task)` (tests do this with toy tasks).
+`register(task)` (tests do this with toy tasks); or, from another package, declare it as an
+entry point of the group "trmkit.tasks" (`[project.entry-points."trmkit.tasks"]
+mytask = "mypackage.task:TASK"`): the CLI calls `load_plugins()` before it lists the tasks.
 """
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Callable, Iterable
+
 from trmkit.email.task import TASK as EMAIL
-from trmkit.tasks import arc, maze, sudoku
+from trmkit.tasks import arc, maze, pairs, sudoku
 from trmkit.tasks.base import Task
 
-TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, EMAIL)}
+TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL)}
 
 
 def register(task: Task) -> Task:
@@ -29,3 +34,28 @@ def get(name: str) -> Task:
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}: known tasks are {', '.join(sorted(TASKS))}")
     return TASKS[name]
+
+
+PLUGIN_GROUP = "trmkit.tasks"
+
+
+def load_plugins(entry_points: Callable[..., Iterable] | None = None) -> list[str]:
+    """Register the tasks other packages declare in the "trmkit.tasks" entry-point group; returns one
+    message per plugin that failed (it could not be imported, is not a Task, or takes a built-in
+    task's name), naming the plugin and its package, so a broken plugin never hides the others."""
+    problems = []
+    for ep in (entry_points or metadata.entry_points)(group=PLUGIN_GROUP):
+        dist = getattr(ep, "dist", None)
+        where = f"task plugin {ep.name} = {ep.value}" + (f" (package {dist.name})" if dist is not None else "")
+        try:
+            task = ep.load()
+        except Exception as err:  # noqa: BLE001 - any failure of foreign code is reported, not raised
+            problems.append(f"{where} failed to load: {type(err).__name__}: {err}; fix or uninstall that package")
+            continue
+        if not isinstance(task, Task):
+            problems.append(f"{where} is a {type(task).__name__}, not a trmkit.tasks.base.Task; it is left out")
+        elif TASKS.get(task.name, task) is not task:
+            problems.append(f"{where} is named {task.name!r}, which another task has; it is left out")
+        else:
+            register(task)
+    return problems

@@ -1,0 +1,130 @@
+"""`trmkit data pairs`: a store from a JSONL file of {"input": ..., "output": ...} lines.
+
+Every line is checked (codec.py); a bad one is reported as file:line with its reason, counted
+and skipped, and the summary says how many. The test split is a random `test_fraction` of the
+kept pairs. Nothing is augmented unless the user names the symmetries that keep the answers
+right (augment.py): a user's puzzle may have none, and a wrong one would teach wrong answers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from trmkit.data.imports import ImportReport, split_rows
+from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.tasks.pairs.augment import Augment, copies_of, parse_augment
+from trmkit.tasks.pairs.codec import (MAX_CELLS, Layout, PairError, Value, check_kind, field, make_layout,
+                                      parse_record, read_lines)
+
+NAME = "pairs"
+Log = Callable[[str], None]
+
+
+def read_pairs(path: str | Path, report: ImportReport, max_cells: int = MAX_CELLS) -> list[tuple[Value, Value]]:
+    """The usable (input, output) pairs of a JSONL file; the others are counted in `report`."""
+    pairs: list[tuple[Value, Value]] = []
+    kind = None
+    for _, where, line in read_lines(path, report):
+        try:
+            record = parse_record(line)
+            x, y = field(record, "input", max_cells), field(record, "output", max_cells)
+            if (x.kind, x.shape) != (y.kind, y.shape):
+                raise PairError("shape_mismatch", f"input is a {x.kind} of shape {list(x.shape)}, "
+                                                  f"output a {y.kind} of shape {list(y.shape)}")
+            check_kind(x, kind)
+        except PairError as e:
+            report.skip(where, e.reason, e.detail)
+            continue
+        kind = x.kind
+        report.accepted += 1
+        pairs.append((x, y))
+    return pairs
+
+
+def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float = 0.1, seed: int = 0,
+                blank: str | None = None, max_cells: int = MAX_CELLS, aug: int = 0, transforms: str | None = None,
+                permute: str | None = None, log: Log = print) -> dict[str, Any]:
+    """Build a pairs store at `out_dir` from a JSONL file; returns the counts written.
+
+    aug, transforms, permute: augmented copies of each training pair, made only with the named
+    symmetries (augment.py); none by default."""
+    start = time.perf_counter()
+    check_output_dir(out_dir)
+    report = ImportReport(source=str(source), unit="pairs")
+    pairs = read_pairs(source, report, max_cells)
+    if not pairs:
+        for line in report.summary_lines():
+            log(line)
+        raise ValueError(f"{source}: no usable pairs ({report.skipped} skipped); nothing written")
+    layout = make_layout(pairs[0][0].kind, [v for pair in pairs for v in pair])
+    report.notes.append(_layout_note(layout, pairs))
+    blank_id = blank_token(layout, blank)
+    augment = parse_augment(aug, transforms, permute, layout)
+    if augment is not None:
+        report.notes.append(augment.describe())
+    for line in report.summary_lines():
+        log(line)
+    splits = _splits(pairs, layout, test_fraction, seed, augment)
+    settings = {"test_fraction": test_fraction, "seed": seed, "blank": blank, "aug": aug,
+                "transforms": list(augment.transforms) if augment else [],
+                "permute": list(augment.permute) if augment else []}
+    write_store(out_dir, splits, _meta(layout, blank_id, report, settings))
+    counts = {name: len(arrays.inputs) for name, arrays in splits.items()}
+    log(f"wrote {out_dir}: " + ", ".join(f"{name} {n} examples" for name, n in counts.items())
+        + f", {report.skipped} lines skipped ({time.perf_counter() - start:.1f} s)")
+    return {"out": str(out_dir), **counts, "skipped": report.skipped}
+
+
+def _splits(pairs: list[tuple[Value, Value]], layout: Layout, test_fraction: float, seed: int,
+            augment: Augment | None) -> dict[str, SplitArrays]:
+    """The test split (never augmented) and, when it has pairs, the training split."""
+    test_rows, train_rows = split_rows(len(pairs), test_fraction, seed)
+    splits = {"test": _split([pairs[i] for i in test_rows], layout)}
+    if len(train_rows):
+        splits["train"] = _split([pairs[i] for i in train_rows], layout, augment, np.random.default_rng([seed, 2]))
+    return splits
+
+
+def _layout_note(layout: Layout, pairs: list[tuple[Value, Value]]) -> str:
+    shapes = {x.shape for x, _ in pairs}
+    where = ("every pair has this shape" if len(shapes) == 1 else
+             f"the largest of {len(shapes)} shapes; smaller ones sit at the start, padding around them")
+    return (f"canvas {' x '.join(map(str, layout.canvas))} ({where}); vocabulary of {len(layout.vocab) - 1} "
+            f"symbols seen in the data plus {layout.vocab[0]}: {' '.join(layout.vocab[1:21])}"
+            + (" ..." if len(layout.vocab) > 21 else ""))
+
+
+def blank_token(layout: Layout, blank: str | None) -> int | None:
+    """The token of --blank (cells to fill in: blank_accuracy is then reported), or None."""
+    if blank is None:
+        return None
+    if blank not in layout.vocab[1:]:
+        raise ValueError(f"--blank {blank!r} is not a symbol of this file (symbols: {' '.join(layout.vocab[1:21])})")
+    return layout.vocab.index(blank)
+
+
+def _split(pairs: list[tuple[Value, Value]], layout: Layout, augment: Augment | None = None,
+           rng: np.random.Generator | None = None) -> SplitArrays:
+    """Each pair is a group: itself and its augmented copies, one example each, one shared puzzle identifier."""
+    per = 1 + (augment.copies if augment else 0)
+    rows = [c for x, y in pairs for c in [(x, y), *(copies_of(x, y, augment, rng) if augment else [])]]
+    inputs = np.stack([layout.encode(x) for x, _ in rows])  # (n, L)
+    labels = np.stack([layout.encode(y) for _, y in rows])  # (n, L); PAD (no loss) off each pair's shape
+    n = len(rows)
+    return SplitArrays(inputs=inputs, labels=labels, puzzle_identifiers=np.zeros(n, dtype=np.uint8),
+                       puzzle_indices=np.arange(n + 1), group_indices=np.arange(0, n + 1, per))
+
+
+def _meta(layout: Layout, blank_id: int | None, report: ImportReport, settings: dict) -> dict[str, Any]:
+    meta = {
+        "task": NAME, "vocab": list(layout.vocab), "pad_id": 0, "ignore_label_id": 0, "blank_id": blank_id,
+        "num_puzzle_identifiers": 1, "source": report.source,
+        "build": {**settings, "pairs": layout.to_dict(), **report.to_dict()},
+    }
+    if layout.kind == "grid":
+        meta["grid_shape"] = list(layout.canvas)
+    return meta
