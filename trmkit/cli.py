@@ -63,9 +63,10 @@ def _store_task(cfg: config_mod.Config, log=print):
 
 
 def _task_hooks(cfg: config_mod.Config, log=print) -> dict:
-    """What the store's task plugs into the trainer: its scorer and its generator."""
+    """What the store's task plugs into the trainer: its scorer, its generator and its before-training hook."""
     task = _store_task(cfg, log)
-    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None}
+    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None,
+            "before_training": task.before_training if task else None}
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:

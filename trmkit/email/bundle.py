@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from trmkit import rundir
-from trmkit.config import ConfigError, ModelConfig
+from trmkit.config import ConfigError, ModelConfig, current_names
 from trmkit.data.store import META_FILE
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
@@ -112,12 +112,17 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
 
 def text_len(meta: dict) -> int:
     """Token positions of a message in the store (its sequence, less the n-gram bag after it)."""
-    return int(meta["seq_len"]) - int(meta.get("bag_positions", 0))
+    return int(meta["seq_len"]) - bag_positions(meta)
+
+
+def bag_positions(meta: dict) -> int:
+    """The store's bag positions (meta.json's pooled_positions; stores built before: bag_positions)."""
+    return int(meta.get("pooled_positions", meta.get("bag_positions", 0)))
 
 
 def reads(meta: dict) -> str:
     """What the model reads of a message, in words: "128 tokens", "32 tokens and a bag of 1024 n-grams"."""
-    bag = int(meta.get("bag_positions", 0))
+    bag = bag_positions(meta)
     return f"{text_len(meta)} tokens" + (f" and a bag of {bag} n-grams" if bag else "")
 
 
@@ -293,8 +298,8 @@ class Classifier:
                temperature: float, **kwargs) -> "Classifier":
         from trmkit.email.tokenizer import EmailTokenizer
 
-        known = {f.name for f in fields(ModelConfig)}
-        model = TRM(ModelConfig(**{k: v for k, v in model_cfg.items() if k in known}))
+        known = {f.name for f in fields(ModelConfig)}  # bundles written before: model keys under former names
+        model = TRM(ModelConfig(**{k: v for k, v in current_names(model_cfg).items() if k in known}))
         rundir.load_weights(model, weights, what=NO_WEIGHTS)
         if model.cfg.num_classes != len(classes):
             raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")

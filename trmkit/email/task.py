@@ -309,7 +309,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
     return {
         "task": NAME,
         "vocab": tok.vocab() + (bag.vocab() if bag is not None else []),
-        "bag_positions": bag.positions if bag is not None else 0,
+        "pooled_positions": bag.positions if bag is not None else 0,
         "pad_id": tok.pad_id,
         "ignore_label_id": len(classes),
         "blank_id": None,
@@ -340,6 +340,13 @@ def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     return classification_plots(run_dir, out_dir)
 
 
+def before_training(model, train, class_weights, log: Log) -> None:
+    """Fit the bag's linear model (model.input_linear) to the training split: email/linear_fit.py."""
+    from trmkit.email.linear_fit import before_training as fit  # here: listing the tasks must stay light (no torch)
+
+    fit(model, train, class_weights, log)
+
+
 TASK = Task(
     name=NAME,
     shape="classify",
@@ -348,5 +355,6 @@ TASK = Task(
     build=run_build,
     scorer=scorer,
     plots=plots,
+    before_training=before_training,
     presets={"laptop": "configs/email-laptop.yaml"},
 )

@@ -128,11 +128,7 @@ def restore_best(s: Session, log: Log) -> bool:
     if ckpt is None or ckpt.meta["step"] != s.best["step"]:
         log(f"restore_best: no checkpoint of the best step {s.best['step']} is left; keeping the last weights")
         return False
-    tensors = ckpt.tensors
-    s.model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-    if s.opts.ema is not None:
-        for k in s.opts.ema.shadow:
-            s.opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
+    state_mod.restore_weights(s.model, ckpt.tensors, s.opts.ema)
     log(f"restore_best: weights of step {s.best['step']} ({s.cfg.train.best_metric} "
         f"{s.best['value']:.4f} on val) from {path}")
     return True
