@@ -346,8 +346,7 @@ class RunConfig:
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")
-        if self.memory_budget:
-            parse_size(self.memory_budget, "run.memory_budget")
+        self.budget_bytes()  # a budget that does not parse is refused when the config is loaded
 
     def budget_bytes(self) -> int | None:
         """run.memory_budget in bytes (None: the planner derives one from the machine)."""
