@@ -35,7 +35,7 @@ from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
-from trmkit.email.workers import encode_fields
+from trmkit.email.encode import encode_messages
 from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
 from trmkit.tasks.classify import stablemax_probs
@@ -333,8 +333,7 @@ class Classifier:
         return out.numpy()
 
     def encode(self, messages: list[Message]) -> np.ndarray:
-        fields = [(m.subject, m.sender, m.body) for m in messages]
-        return encode_fields(self.tokenizer, self.bag, fields, self.seq_len, self.tail)
+        return encode_messages(self.tokenizer, self.bag, messages, self.seq_len, self.tail)
 
     def worker_setup(self) -> tuple:
         """What a worker process needs to encode as `encode` does (workers.encoded_batches)."""

@@ -34,6 +34,7 @@ import numpy as np
 from trmkit.data.imports import ImportReport
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
+from trmkit.email.encode import clip_body, encode_messages, message_fields
 from trmkit.email.mail import Message
 from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
@@ -41,7 +42,6 @@ from trmkit.tasks.base import Log, Task
 from trmkit.tasks.classify import SMALL_CLASS
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
-MAX_BODY_CHARS = 20_000  # kept per message at build time: the tokenizer reads the first ~8 * seq_len chars
 SPLITS = ("train", "val", "test")
 MESSAGES_FILE = "messages.json"  # sidecar of every split: message_record per row
 DATASET_REPORT_FILE = "dataset_report.json"  # sidecar of train/: dataset_report
@@ -143,8 +143,7 @@ def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> l
             report.accepted -= 1
             continue
         msg.label = label
-        if len(msg.body) > MAX_BODY_CHARS:
-            msg.body = msg.body[:MAX_BODY_CHARS // 2] + "\n" + msg.body[-MAX_BODY_CHARS // 2:]
+        msg.body = clip_body(msg.body)  # as predict reads it (encode.py); the text messages.json keeps
         out.append(msg)
     return out
 
@@ -247,7 +246,7 @@ def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Ba
     if not args.bag:
         return None
     t0 = time.perf_counter()
-    bag = Bag.fit((bag_text(m.subject, m.sender, m.body) for m in train), args.bag, args.bag_buckets,
+    bag = Bag.fit((bag_text(*f) for f in message_fields(train)), args.bag, args.bag_buckets,
                   tok.vocab_size, hashed=args.bag_hashed)
     log(f"bag: {args.bag} positions per message of {bag.describe()}, idf from the {len(train)} training "
         f"messages ({time.perf_counter() - t0:.1f} s)")
@@ -263,10 +262,7 @@ def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: lis
         msgs = [kept[i] for i in rows[name]]
         if not msgs:
             continue
-        fields = [(m.subject, m.sender, m.body) for m in msgs]
-        inputs = tok.encode_batch(fields, args.seq_len, args.tail)
-        if bag is not None:
-            inputs = bag.append_to(inputs, fields)
+        inputs = encode_messages(tok, bag, msgs, args.seq_len, args.tail)
         labels = np.full(inputs.shape, ignore, dtype=np.int64)
         labels[:, 0] = [index[m.label] for m in msgs]
         n = len(msgs)
