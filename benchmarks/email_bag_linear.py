@@ -22,7 +22,7 @@ from trmkit import rundir
 from trmkit.config import current_names
 from trmkit.data.store import open_split
 from trmkit.model import input_linear
-from trmkit.tasks.classify import bootstrap_ci, summary_metrics
+from trmkit.tasks.classify.metrics import bootstrap_ci, summary_metrics
 
 
 def linear_alone(data: Path, run: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from trmkit.config import Config, ConfigError, TrainConfig
-from trmkit.tasks.classify import bootstrap_se
+from trmkit.tasks.classify.metrics import bootstrap_se
 from trmkit.train import loop
 
 

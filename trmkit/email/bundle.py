@@ -38,7 +38,7 @@ from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.email.encode import encode_messages
 from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
-from trmkit.tasks.classify import stablemax_probs
+from trmkit.tasks.classify.metrics import stablemax_probs
 
 # The bundle's own file names (a bundle is not a run directory: see the module docstring).
 MODEL_FILE = "model.safetensors"
@@ -64,7 +64,7 @@ class Calibration:
 
 def calibrate(run_dir: Path) -> Calibration:
     """The run's calibration.json (written at the end of training), fitted again if it is missing."""
-    from trmkit.tasks.classify import calibrate as fit
+    from trmkit.tasks.classify.scorer import calibrate as fit
 
     path = rundir.path(run_dir, rundir.CLASSIFICATION)
     if not path.is_file():
@@ -147,7 +147,7 @@ def measure_as_predict_runs(run_dir: Path, store: Path, classes: list[str], log=
     """The test split classified the way `email predict` runs by default (halting at the first
     positive halting logit, float32): the card's headline numbers are the ones a user gets."""
     from trmkit.email.task import MESSAGES_FILE
-    from trmkit.tasks.classify import summary_metrics
+    from trmkit.tasks.classify.metrics import summary_metrics
 
     path = store / "test" / MESSAGES_FILE
     if not path.is_file():

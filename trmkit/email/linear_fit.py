@@ -153,7 +153,7 @@ def _rows(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
     """The mean over the classes present in labels or preds of F1 (2 TP / (2 TP + FP + FN)): as
-    tasks/classify.py's summary_metrics counts it, here on tensors inside the cross-validation loop."""
+    tasks/classify/metrics.py's summary_metrics counts it, here on tensors inside the cross-validation loop."""
     scores = []
     for k in range(classes):
         tp = int(((preds == k) & (labels == k)).sum())

@@ -12,7 +12,7 @@ only, and writes a store of the classify shape (docs/tasks.md):
     sidecars: train/tokenizer.json, */messages.json (where each row came from, and its text for
               `trmkit email baseline`), train/dataset_report.json
 
-The task's scorer is the generic classify scorer (tasks/classify.py); its plots (confusion
+The task's scorer is the generic classify scorer (tasks/classify/scorer.py); its plots (confusion
 matrix, reliability diagram: plots.py) are what `trmkit report` adds for an e-mail run.
 
 Nothing is dropped silently: every message that could not be read, had no label, or was a
@@ -39,7 +39,7 @@ from trmkit.email.mail import Message
 from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.tasks.base import Log, Task
-from trmkit.tasks.classify import SMALL_CLASS
+from trmkit.tasks.classify.metrics import SMALL_CLASS
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
 SPLITS = ("train", "val", "test")
@@ -323,8 +323,8 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
 
 
 def scorer(split):
-    """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify.py)."""
-    from trmkit.tasks.classify import ClassifyScorer
+    """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify/scorer.py)."""
+    from trmkit.tasks.classify.scorer import ClassifyScorer
 
     return ClassifyScorer(split, list(split.meta.classes))
 

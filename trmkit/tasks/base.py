@@ -8,7 +8,7 @@ store's ``meta.json`` "task" key and hands its scorer to the trainer.
 
 Shapes (docs/tasks.md):
 - "grid": per-position outputs, exact-match metrics (Sudoku, Maze, ARC);
-- "classify": one label per example, F1 metrics and calibration (e-mail: email/task.py, tasks/classify.py).
+- "classify": one label per example, F1 metrics and calibration (e-mail: email/task.py, tasks/classify/).
 Self-play RL is not a task shape: it has no store, and plugs into the trainer as an
 objective (train/objective.py, trmkit/rl/).
 """
