@@ -418,7 +418,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
         data.val = open_val_split(cfg.data.path)
         if cfg.model.input_linear and before_training is None:
             raise ConfigError(f"model.input_linear is fitted by the store's task before training, and the "
-                              f"{data.train.meta.task} task fits none: set model.input_linear=false")
+                              f"{(data.train or data.test).meta.task} task fits none: set model.input_linear=false")
         if before_training is not None:
             before_training(model, data.train, ctx.label_weights, log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
