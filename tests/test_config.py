@@ -90,3 +90,17 @@ def test_every_training_preset_loads():
     for path in presets:
         cfg = config_mod.load(path)
         assert cfg.train.max_steps > 0, path
+
+
+def test_old_bag_keys_load_under_their_current_names():
+    """Configs, runs and bundles written before the bag model's fields were named generically still load."""
+    old = {"model": {"num_classes": 3, "bag_positions": 4, "bag_head": False, "bag_linear": True, "bag_linear_c": 0,
+                     "bag_linear_weighting": "auto", "bag_linear_folds": 0}}
+    cfg = config_mod.from_dict(old)
+    assert (cfg.model.pooled_positions, cfg.model.input_linear, cfg.model.input_linear_c,
+            cfg.model.input_linear_weighting) == (4, True, 0.0, "auto")
+    over = config_mod.from_dict(config_mod.apply_overrides({}, ["model.bag_linear_c=3"]))
+    assert over.model.input_linear_c == 3.0
+    assert config_mod.current_name("bag_head.weight") == "pooled_head.weight"
+    assert config_mod.current_name("bag_linear_fold_weight") == "input_linear_fold_weight"
+    assert config_mod.current_name("bag_headroom") == "bag_headroom"  # only whole names and their suffixes

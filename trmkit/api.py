@@ -197,9 +197,10 @@ def store_task(cfg: Config, log: Log = print):
 
 
 def task_hooks(cfg: Config, log: Log = print) -> dict:
-    """What the store's task plugs into the trainer: its scorer and its generator."""
+    """What the store's task plugs into the trainer: its scorer, its generator and its before-training hook."""
     task = store_task(cfg, log)
-    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None}
+    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None,
+            "before_training": task.before_training if task else None}
 
 
 def add_data_arguments(p, task) -> None:

@@ -69,25 +69,26 @@ class ModelConfig:
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
     num_classes: int = 0  # a classify task's classes, from meta.json: one label per example, read from the
     #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
-    bag_positions: int = 0  # a classifier's last positions hold a bag of n-gram ids (the store's
-    #                         meta.json): pooled and added to every token position's input, not mixed
-    bag_head: bool = False  # the class logits also read the pooled bag through a linear map of their own (a
-    #                         linear path beside the recursion, as a bag-of-words model reads it; docs/email.md)
-    bag_linear: bool = False  # the class logits also add a linear model of the bag's n-gram ids, fitted before
-    #                           training (class-weighted, L2-regularised logistic regression, L-BFGS on the
-    #                           training split; model/bag_linear.py) and then frozen: the recursion learns the rest
-    bag_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
-    #                            1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
-    bag_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
-    #                                       training bags, each message's vector L2-normalised, as TF-IDF), or
-    #                                       "auto": the one of the two with the better cross-validated macro-F1
-    bag_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training steps
-    #                            add each message's out-of-fold logits (stacking), evaluation the whole fit's
+    pooled_positions: int = 0  # a classifier's last positions hold ids that are pooled (their mean embedding)
+    #                            and added to every token position's input, not mixed (the store's meta.json)
+    pooled_head: bool = False  # the class logits also read the pooled positions through a linear map of their
+    #                            own (a linear path beside the recursion, as a bag-of-words model reads it)
+    input_linear: bool = False  # the class logits also add a linear model of the pooled positions' ids, fitted
+    #                             by the store's task before training (Task.before_training; e-mail: class-weighted
+    #                             L2 logistic regression on the training split, docs/email.md) and then frozen
+    #                             (buffers, model/input_linear.py): the recursion learns the rest
+    input_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
+    #                              1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
+    input_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
+    #                                         training rows, each row's vector L2-normalised, as TF-IDF), or
+    #                                         "auto": the one of the two with the better cross-validated macro-F1
+    input_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training
+    #                              steps add each row's out-of-fold logits (stacking), evaluation the whole fit's
 
     @property
     def network_positions(self) -> int:
-        """S: positions the network sees: the puzzle prefix and the sequence, less a pooled bag."""
-        return self.puzzle_emb_len + self.seq_len - self.bag_positions
+        """S: positions the network sees: the puzzle prefix and the sequence, less the pooled positions."""
+        return self.puzzle_emb_len + self.seq_len - self.pooled_positions
 
     def __post_init__(self) -> None:
         self._check_mixer()
@@ -102,24 +103,28 @@ class ModelConfig:
         if self.num_classes < 0 or self.num_classes == 1:
             raise ConfigError(f"model.num_classes={self.num_classes}: a classifier needs at least 2 classes "
                               "(0 = a grid task's token head)")
-        if self.bag_positions and (not self.num_classes or self.bag_positions >= self.seq_len > 0):
-            raise ConfigError(f"model.bag_positions={self.bag_positions}: a bag needs a classifier "
-                              "(model.num_classes) and fewer positions than model.seq_len")
-        for name in ("bag_head", "bag_linear"):
-            if getattr(self, name) and self.seq_len and not self.bag_positions:  # both from meta.json
-                raise ConfigError(f"model.{name} reads the bag of n-grams: build the store with "
-                                  "`trmkit data email --bag N` (model.bag_positions comes from its meta.json)")
-        if self.bag_linear_folds and (self.bag_linear_folds < 2 or not self.bag_linear):
-            raise ConfigError(f"model.bag_linear_folds={self.bag_linear_folds}: give 0 (off) or K >= 2 folds, "
-                              "with model.bag_linear=true")
-        if self.bag_linear_weighting not in ("binary", "idf", "auto"):
-            raise ConfigError(f"model.bag_linear_weighting={self.bag_linear_weighting!r}: use 'binary', 'idf' "
-                              "or 'auto'")
-        if self.bag_linear_c < 0:
-            raise ConfigError(f"model.bag_linear_c={self.bag_linear_c} must be > 0 (scikit-learn's C: 1.0 by default)"
-                              " or 0 (chosen by cross-validation on the training split)")
+        self._check_pooled()
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
+
+    def _check_pooled(self) -> None:
+        if self.pooled_positions and (not self.num_classes or self.pooled_positions >= self.seq_len > 0):
+            raise ConfigError(f"model.pooled_positions={self.pooled_positions}: pooled positions need a classifier "
+                              "(model.num_classes) and fewer positions than model.seq_len")
+        for name in ("pooled_head", "input_linear"):
+            if getattr(self, name) and self.seq_len and not self.pooled_positions:  # both from meta.json
+                raise ConfigError(f"model.{name} reads the pooled positions, and this store has none "
+                                  "(model.pooled_positions comes from its meta.json): build a store with them "
+                                  "(docs/tasks.md names the task options that add them)")
+        if self.input_linear_folds and (self.input_linear_folds < 2 or not self.input_linear):
+            raise ConfigError(f"model.input_linear_folds={self.input_linear_folds}: give 0 (off) or K >= 2 folds, "
+                              "with model.input_linear=true")
+        if self.input_linear_weighting not in ("binary", "idf", "auto"):
+            raise ConfigError(f"model.input_linear_weighting={self.input_linear_weighting!r}: use 'binary', 'idf' "
+                              "or 'auto'")
+        if self.input_linear_c < 0:
+            raise ConfigError(f"model.input_linear_c={self.input_linear_c} must be > 0 (scikit-learn's C: 1.0 by "
+                              "default) or 0 (chosen by cross-validation on the training split)")
 
     def _check_mixer(self) -> None:
         if self.mixer not in ("mlp_t", "attention", "conv"):
@@ -344,8 +349,7 @@ class RunConfig:
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"run.{key}={value!r}: expected one of {', '.join(allowed)}")
-        if self.memory_budget:
-            parse_size(self.memory_budget, "run.memory_budget")
+        self.budget_bytes()  # a budget that does not parse is refused when the config is loaded
 
     def budget_bytes(self) -> int | None:
         """run.memory_budget in bytes (None: the planner derives one from the machine)."""
@@ -367,6 +371,25 @@ class Config:
 
 
 SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "rl": RLConfig}
+
+# Model keys under their former names (configs, runs, bundles, checkpoints and stores written before the
+# e-mail task's bag model moved out of the model's names): old prefix -> new prefix, for config keys,
+# weight names (bag_linear_weight -> input_linear_weight, bag_head.weight -> pooled_head.weight) and meta.json.
+RENAMED = {"bag_positions": "pooled_positions", "bag_head": "pooled_head", "bag_linear": "input_linear"}
+
+
+def current_name(name: str) -> str:
+    """A model key, weight or meta.json name under its current name: 'bag_linear_c' -> 'input_linear_c',
+    'bag_head.weight' -> 'pooled_head.weight'; any other name as it is."""
+    for old, new in RENAMED.items():
+        if name == old or name.startswith((old + "_", old + ".")):
+            return new + name[len(old):]
+    return name
+
+
+def current_names(values: dict[str, Any]) -> dict[str, Any]:
+    """A mapping with its keys under their current names (`current_name`)."""
+    return {current_name(k): v for k, v in values.items()}
 
 
 def _nearest_divisor(n: int, near: int) -> int:
@@ -416,7 +439,7 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> Config:
         cls = SECTIONS[name]
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         kwargs = {}
-        for key, value in values.items():
+        for key, value in (current_names(values) if name == "model" else values).items():
             if key not in defaults:
                 raise _unknown_key(f"{name}.{key}", where)
             kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")

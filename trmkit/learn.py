@@ -174,7 +174,8 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
     cfg = config_mod.replace(cfg, "train", max_minutes=minutes)  # the planner weighs compile against the budget
-    s = session.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=task.scorer, sampler=task.sampler)
+    s = session.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=task.scorer, sampler=task.sampler,
+                        before_training=task.before_training)
     log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
         f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trmkit.config import ConfigError
+from trmkit.config import ConfigError, current_names
 
 if TYPE_CHECKING:  # torch is imported where weights are loaded: naming a file must not load torch
     import torch
@@ -41,7 +41,7 @@ CHECKPOINTS = "checkpoints"
 REPORT = "report"
 REPORT_MD = "report.md"
 TENSORBOARD = "tensorboard"  # event files, when the tensorboard package is installed
-CLASSIFICATION = "classification.json"  # a classifier's test answers (tasks/classify.py)
+CLASSIFICATION = "classification.json"  # a classifier's test answers (tasks/classify/scorer.py)
 CLASSIFICATION_VAL = "classification-val.json"  # the same on the validation split (calibration is fitted on it)
 CALIBRATION = "calibration.json"  # the temperature fitted on validation answers
 SUBMISSION = "submission.json"  # an ARC run's answers
@@ -81,7 +81,7 @@ def load_weights(model: "torch.nn.Module", source: str | os.PathLike[str], devic
     file = weights_file(source)
     if not file.is_file():
         raise ConfigError(f"{file} not found: {what}")
-    tensors = load_file(str(file), device=str(device))
+    tensors = current_names(load_file(str(file), device=str(device)))  # written before a rename: current names
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     if missing or unexpected:
         raise ConfigError(f"{file} does not fit this model: missing {sorted(missing)[:5]}, "

@@ -89,6 +89,12 @@ def test_round_trip_dtypes_memmap_and_meta(root: Path) -> None:
     assert raw["vocab"] == VOCAB  # decodable without trmkit
 
 
+def test_a_meta_json_written_before_the_rename_reads_its_pooled_positions(root: Path) -> None:
+    raw = json.loads((root / "train" / "meta.json").read_text())
+    assert store.StoreMeta.from_dict({**raw, "bag_positions": 2}).pooled_positions == 2
+    assert store.StoreMeta.from_dict({**raw, "pooled_positions": 2}).to_dict()["pooled_positions"] == 2
+
+
 def test_refuses_to_overwrite_other_directory(tmp_path: Path) -> None:
     out = tmp_path / "mine"
     out.mkdir()

@@ -1,5 +1,5 @@
 """The n-gram bag (email/bag.py): the whole message in fixed positions, idf from training only,
-pooled by the model (model.bag_positions) and not mixed as positions."""
+pooled by the model (model.pooled_positions) and not mixed as positions."""
 
 import dataclasses
 import math
@@ -111,7 +111,7 @@ def test_bag_text_sees_every_field_normalised():
 def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
     cfg = ModelConfig(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                       mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1,
-                      num_classes=2, bag_positions=4)
+                      num_classes=2, pooled_positions=4)
     torch.manual_seed(0)
     model = TRM(cfg)
     assert model.seq_total == 6  # the network sees the 6 token positions only
@@ -128,7 +128,7 @@ def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
 
 
 def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
-    """model.bag_head: the class logits add a linear map of the scaled mean bag embedding; it starts at
+    """model.pooled_head: the class logits add a linear map of the scaled mean bag embedding; it starts at
     zero (the model begins as the one without it) and is refused without a bag."""
     import pytest
 
@@ -136,37 +136,37 @@ def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1, num_classes=3)
-    with pytest.raises(ConfigError, match="--bag N"):
-        ModelConfig(**base, bag_head=True)  # seq_len from a store without a bag
+    with pytest.raises(ConfigError, match="model.pooled_positions comes from"):
+        ModelConfig(**base, pooled_head=True)  # seq_len from a store without a bag
     torch.manual_seed(0)
-    model = TRM(ModelConfig(**base, bag_positions=4, bag_head=True))
+    model = TRM(ModelConfig(**base, pooled_positions=4, pooled_head=True))
     x = torch.cat([torch.randint(1, 20, (2, 6)), torch.tensor([[30, 31, 0, 0], [32, 0, 0, 0]])], 1)
     ids, carry = torch.zeros(2, dtype=torch.long), model.initial_carry(2)
     _, _, before, _ = model(carry.z_H, carry.z_L, x, ids)
     with torch.no_grad():
-        model.bag_head.weight.normal_()
+        model.pooled_head.weight.normal_()
     _, _, after, _ = model(carry.z_H, carry.z_L, x, ids)
     emb = model.embed_tokens.weight
     pooled = torch.stack([emb[30:32].mean(0), emb[32]]) * model.embed_scale  # pads left out
-    torch.testing.assert_close(after - before, model.bag_head(pooled).unsqueeze(1))
+    torch.testing.assert_close(after - before, model.pooled_head(pooled).unsqueeze(1))
 
 
 def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_frozen():
-    """model.bag_linear: fitted before training to the optimum of scikit-learn's class-balanced L2 logistic
+    """model.input_linear: fitted before training to the optimum of scikit-learn's class-balanced L2 logistic
     regression on the multi-hot bag (the same predicted probabilities), added to the class logits as
     buffers (not trained, saved with the weights), and refused without a bag."""
     import pytest
     from sklearn.linear_model import LogisticRegression
 
     from trmkit.config import ConfigError
-    from trmkit.model import bag_linear
+    from trmkit.email import linear_fit
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3)
-    with pytest.raises(ConfigError, match="--bag N"):
-        ModelConfig(**base, bag_linear=True)
-    with pytest.raises(ConfigError, match="bag_linear_c"):
-        ModelConfig(**base, bag_positions=4, bag_linear=True, bag_linear_c=-1)
+    with pytest.raises(ConfigError, match="model.pooled_positions comes from"):
+        ModelConfig(**base, input_linear=True)
+    with pytest.raises(ConfigError, match="input_linear_c"):
+        ModelConfig(**base, pooled_positions=4, input_linear=True, input_linear_c=-1)
     rng = np.random.default_rng(0)
     n = 90
     y = rng.integers(0, 3, n)
@@ -180,40 +180,41 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
     labels = np.full((n, 10), 3)
     labels[:, 0] = y
     torch.manual_seed(0)
-    model = TRM(ModelConfig(**base, bag_positions=4, bag_linear=True))
-    assert not any("bag_linear" in name for name, _ in model.named_parameters())  # frozen: not trained
+    model = TRM(ModelConfig(**base, pooled_positions=4, input_linear=True))
+    assert not any("input_linear" in name for name, _ in model.named_parameters())  # frozen: not trained
     counts = np.bincount(y, minlength=3)
     weights = torch.tensor(n / (3 * counts), dtype=torch.float32)
-    bag_linear.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
-    x = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    linear_fit.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
+    x = linear_fit.multi_hot(bags, 60).to_dense().numpy()
     reference = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
-    ours = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    ours = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=2e-3)
-    assert "bag_linear_weight" in model.state_dict()  # saved and restored with the weights
+    assert "input_linear_weight" in model.state_dict()  # saved and restored with the weights
     carry = model.initial_carry(n)
     _, _, logits, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
     with torch.no_grad():
-        model.bag_linear_weight.zero_()
-        model.bag_linear_bias.zero_()
+        model.input_linear_weight.zero_()
+        model.input_linear_bias.zero_()
     _, _, without, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
     added = torch.softmax(logits[:, 0] - without[:, 0], 1).detach().numpy()  # the forward adds exactly the fitted model
     np.testing.assert_allclose(added, reference.predict_proba(x), atol=2e-3)
 
 
 def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not_see_the_message():
-    """model.bag_linear_folds=K: K more fits, each the optimum without one fold (scikit-learn's, with the same
+    """model.input_linear_folds=K: K more fits, each the optimum without one fold (scikit-learn's, with the same
     sample weights); a training forward adds each message's out-of-fold logits, an evaluation the whole fit's."""
     import pytest
     from sklearn.linear_model import LogisticRegression
 
     from trmkit.config import ConfigError
-    from trmkit.model import bag_linear
+    from trmkit.email import linear_fit
+    from trmkit.model import input_linear
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                bag_positions=4)
-    for wrong in (dict(bag_linear_folds=1, bag_linear=True), dict(bag_linear_folds=3)):
-        with pytest.raises(ConfigError, match="bag_linear_folds"):
+                pooled_positions=4)
+    for wrong in (dict(input_linear_folds=1, input_linear=True), dict(input_linear_folds=3)):
+        with pytest.raises(ConfigError, match="input_linear_folds"):
             ModelConfig(**base, **wrong)
     rng = np.random.default_rng(1)
     n = 120
@@ -227,12 +228,12 @@ def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not
     labels = np.full((n, 10), 3)
     labels[:, 0] = y
     weights = torch.tensor(n / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
-    model = TRM(ModelConfig(**base, bag_linear=True, bag_linear_folds=3))
-    out = bag_linear.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
-    fold = bag_linear.fold_of(torch.from_numpy(bags), 3).numpy()
+    model = TRM(ModelConfig(**base, input_linear=True, input_linear_folds=3))
+    out = linear_fit.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
+    fold = input_linear.fold_of(torch.from_numpy(bags), 3).numpy()
     assert set(fold) == {0, 1, 2}
-    np.testing.assert_array_equal(fold, bag_linear.fold_of(torch.from_numpy(bags[:, ::-1].copy()), 3).numpy())
-    x = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    np.testing.assert_array_equal(fold, input_linear.fold_of(torch.from_numpy(bags[:, ::-1].copy()), 3).numpy())
+    x = linear_fit.multi_hot(bags, 60).to_dense().numpy()
     expected = np.zeros((n, 3))
     for k in range(3):
         kept = fold != k
@@ -240,12 +241,12 @@ def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not
                                                                      sample_weight=weights.numpy()[y[kept]])
         expected[~kept] = ref.predict_proba(x[~kept])
     model.train()
-    oof = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    oof = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(oof, expected, atol=2e-3)
     assert out["out_of_fold_accuracy"] == pytest.approx(float((expected.argmax(1) == y).mean()))
     assert out["out_of_fold_accuracy"] < out["train_accuracy"]  # the point: it sees errors the whole fit hides
     model.eval()
-    whole = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    whole = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     full = LogisticRegression(C=1.0, max_iter=5000, tol=1e-8).fit(x, y, sample_weight=weights.numpy()[y])
     np.testing.assert_allclose(whole, full.predict_proba(x), atol=2e-3)
 
@@ -265,7 +266,7 @@ def _noisy_bags(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_validated_fit():
-    """model.bag_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
+    """model.input_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
     vectors of the binary bags (smooth idf from the training bags, L2 norm); weighting=auto with C=0 scores
     2 x 4 candidates by 5-fold cross-validation on the training split (as scikit-learn's logistic regression
     and f1_score score them on the same folds) and keeps the best, refitted on the whole split."""
@@ -275,61 +276,61 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_va
     from sklearn.metrics import f1_score
 
     from trmkit.config import ConfigError
-    from trmkit.model import bag_linear
+    from trmkit.email import linear_fit
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                bag_positions=4, bag_linear=True)
-    with pytest.raises(ConfigError, match="bag_linear_weighting"):
-        ModelConfig(**base, bag_linear_weighting="tfidf")
+                pooled_positions=4, input_linear=True)
+    with pytest.raises(ConfigError, match="input_linear_weighting"):
+        ModelConfig(**base, input_linear_weighting="tfidf")
     inputs, labels, bags = _noisy_bags(2, 120)
     y = labels[:, 0]
     weights = torch.tensor(120 / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
-    model = TRM(ModelConfig(**base, bag_linear_weighting="idf"))
-    bag_linear.fit(model, inputs, labels, weights, c=10.0, log=lambda m: None)
-    tfidf = TfidfTransformer().fit(bag_linear.multi_hot(bags, 60).to_dense().numpy())
-    x = tfidf.transform(bag_linear.multi_hot(bags, 60).to_dense().numpy())
+    model = TRM(ModelConfig(**base, input_linear_weighting="idf"))
+    linear_fit.fit(model, inputs, labels, weights, c=10.0, log=lambda m: None)
+    tfidf = TfidfTransformer().fit(linear_fit.multi_hot(bags, 60).to_dense().numpy())
+    x = tfidf.transform(linear_fit.multi_hot(bags, 60).to_dense().numpy())
     reference = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
-    ours = torch.softmax(model.bag_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    ours = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=3e-3)
 
-    auto = TRM(ModelConfig(**base, bag_linear_weighting="auto", bag_linear_c=0))
+    auto = TRM(ModelConfig(**base, input_linear_weighting="auto", input_linear_c=0))
     lines: list[str] = []
-    out = bag_linear.fit(auto, inputs, labels, weights, c=0.0, log=lines.append)
-    assert "bag_linear chose" in lines[0] and lines[0].count(" C=") == 9  # the choice and all 8 candidates
-    folds = bag_linear.stratified_folds(torch.from_numpy(y), bag_linear.CHOICE_FOLDS)
-    dense = bag_linear.multi_hot(bags, 60).to_dense().numpy()
+    out = linear_fit.fit(auto, inputs, labels, weights, c=0.0, log=lines.append)
+    assert "input_linear chose" in lines[0] and lines[0].count(" C=") == 9  # the choice and all 8 candidates
+    folds = linear_fit.stratified_folds(torch.from_numpy(y), linear_fit.CHOICE_FOLDS)
+    dense = linear_fit.multi_hot(bags, 60).to_dense().numpy()
     reference = {}
     for weighting, features in (("binary", dense), ("idf", x)):
-        for c in bag_linear.C_GRID:
+        for c in linear_fit.C_GRID:
             pred = np.empty_like(y)
-            for k in range(bag_linear.CHOICE_FOLDS):
+            for k in range(linear_fit.CHOICE_FOLDS):
                 fitted = LogisticRegression(C=c, class_weight=None, max_iter=5000, tol=1e-8).fit(
                     features[folds != k], y[folds != k], sample_weight=weights.numpy()[y[folds != k]])
                 pred[folds == k] = fitted.predict(features[folds == k])
             reference[weighting, c] = f1_score(y, pred, average="macro")
-    _, _, ours_scores = bag_linear.choose(auto.cfg, bags, torch.from_numpy(y), weights[y],
-                                          bag_linear.document_idf(bags, 60), 0.0, lambda m: None)
+    _, _, ours_scores = linear_fit.choose(auto.cfg, bags, torch.from_numpy(y), weights[y],
+                                          linear_fit.document_idf(bags, 60), 0.0, lambda m: None)
     for key, value in reference.items():  # the same out-of-fold predictions, up to a message at a border
         assert ours_scores[key] == pytest.approx(value, abs=0.02), key
     assert len(set(np.round(list(reference.values()), 3))) > 1  # the candidates differ: the choice means something
     assert reference[out["weighting"], out["c"]] >= max(reference.values()) - 0.02
     assert (out["weighting"], out["c"]) == max(ours_scores, key=ours_scores.get)
-    fixed = TRM(ModelConfig(**base, bag_linear_weighting=out["weighting"], bag_linear_c=out["c"]))
-    bag_linear.fit(fixed, inputs, labels, weights, c=out["c"], log=lambda m: None)
-    torch.testing.assert_close(auto.bag_linear_logits(torch.from_numpy(inputs)),
-                               fixed.bag_linear_logits(torch.from_numpy(inputs)))  # the chosen fit, on all
-    assert float(auto.state_dict()["bag_linear_use_idf"]) == float(out["weighting"] == "idf")
+    fixed = TRM(ModelConfig(**base, input_linear_weighting=out["weighting"], input_linear_c=out["c"]))
+    linear_fit.fit(fixed, inputs, labels, weights, c=out["c"], log=lambda m: None)
+    torch.testing.assert_close(auto.input_linear_logits(torch.from_numpy(inputs)),
+                               fixed.input_linear_logits(torch.from_numpy(inputs)))  # the chosen fit, on all
+    assert float(auto.state_dict()["input_linear_use_idf"]) == float(out["weighting"] == "idf")
 
 
 def test_the_auto_choice_folds_are_stratified_and_its_ties_go_to_the_first_candidate():
     """Every fold holds each class's share (counts differ by at most one), the same in every call; on
     classes each marked by an id of their own every candidate is right on every message: the first wins."""
-    from trmkit.model import bag_linear
+    from trmkit.email import linear_fit
 
     y = torch.tensor([0] * 13 + [1] * 7 + [2] * 3)
-    folds = bag_linear.stratified_folds(y, 5)
-    assert np.array_equal(folds, bag_linear.stratified_folds(y, 5))
+    folds = linear_fit.stratified_folds(y, 5)
+    assert np.array_equal(folds, linear_fit.stratified_folds(y, 5))
     for cls, count in ((0, 13), (1, 7), (2, 3)):
         per_fold = np.bincount(folds[y.numpy() == cls], minlength=5)
         assert per_fold.sum() == count and per_fold.max() - per_fold.min() <= 1
@@ -340,14 +341,14 @@ def test_the_auto_choice_folds_are_stratified_and_its_ties_go_to_the_first_candi
     bags[:, 1] = 50 + np.arange(n) % 7  # noise shared across classes
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                bag_positions=4, bag_linear=True, bag_linear_weighting="auto", bag_linear_c=0)
+                pooled_positions=4, input_linear=True, input_linear_weighting="auto", input_linear_c=0)
     auto = TRM(ModelConfig(**base))
     labels = np.full((n, 10), 3)
     labels[:, 0] = labels_
-    out = bag_linear.fit(auto, np.concatenate([np.ones((n, 6), np.int64), bags], 1), labels, None, c=0.0,
+    out = linear_fit.fit(auto, np.concatenate([np.ones((n, 6), np.int64), bags], 1), labels, None, c=0.0,
                          log=lambda m: None)
-    assert (out["weighting"], out["c"]) == ("binary", bag_linear.C_GRID[0])
-    assert float(auto.state_dict()["bag_linear_use_idf"]) == 0.0
+    assert (out["weighting"], out["c"]) == ("binary", linear_fit.C_GRID[0])
+    assert float(auto.state_dict()["input_linear_use_idf"]) == 0.0
 
 
 def test_counting_the_word_bag_stays_bounded_and_keeps_the_frequent_ngrams(monkeypatch):

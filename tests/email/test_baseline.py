@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trmkit.email.baseline import message_text, run_baseline, stratified_split
-from trmkit.tasks.classify import summary_metrics
+from trmkit.tasks.classify.metrics import summary_metrics
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TURKISH = DATA / "email" / "turkish" / "trspam_v01.csv"

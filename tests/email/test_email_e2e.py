@@ -193,7 +193,7 @@ def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(tra
     assert cli.main(["data", "email", "--source", str(source), "--label-map", str(ROOT / "configs/email-sa3.yaml"),
                      "--seq-len", "32", "--bag", "24", "--vocab-size", "2000", "--out", str(store)]) == 0
     meta = json.loads((store / "train" / "meta.json").read_text())
-    assert meta["seq_len"] == 32 + 24 and meta["bag_positions"] == 24
+    assert meta["seq_len"] == 32 + 24 and meta["pooled_positions"] == 24
     (tmp_path / "tiny.yaml").write_text(TINY.replace("max_steps: 150", "max_steps: 20"))
     assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={run}", f"data.path={store}"]) == 0
     assert cli.main(["email", "export", str(run), "--out", str(bundle)]) == 0

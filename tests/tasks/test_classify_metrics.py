@@ -1,4 +1,4 @@
-"""Classification metrics (tasks/classify.py), the evaluation scorer, and the e-mail task's report plots
+"""Classification metrics (tasks/classify/metrics.py), the evaluation scorer, and the e-mail task's report plots
 (email/plots.py, drawn by `trmkit report` for a run whose data_meta.json names the task)."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from trmkit import cli
 from trmkit.email.plots import classification_plots
 from trmkit.model.losses import log_stablemax
 from trmkit.report import write_report
-from trmkit.tasks.classify import (
-    ClassifyScorer, bootstrap_ci, confusion_matrix, expected_calibration_error, fit_temperature, nll, per_class,
-    _macro_f1_batch, read_classification, reliability_bins, softmax_probs, stablemax_probs, summary_metrics,
+from trmkit.tasks.classify.metrics import (
+    _macro_f1_batch, bootstrap_ci, confusion_matrix, expected_calibration_error, fit_temperature, nll, per_class,
+    reliability_bins, softmax_probs, stablemax_probs, summary_metrics,
 )
+from trmkit.tasks.classify.scorer import ClassifyScorer, read_classification
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NAMES = ["a", "b", "c"]

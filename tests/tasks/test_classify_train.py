@@ -103,3 +103,30 @@ def test_classifier_resume_is_exact(tmp_path, monkeypatch):
 
     a, b = (load_file(str(tmp_path / name / "weights.safetensors")) for name in ("a", "b"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_trainer_calls_the_tasks_before_training_hook_and_input_linear_needs_one(tmp_path, monkeypatch):
+    """Task.before_training runs once the model and the training split exist (the e-mail task fits its bag's
+    linear model there); model.input_linear without a task hook to fit it is refused by name."""
+    from trmkit import config as config_mod
+    from trmkit import hardware
+    from trmkit.train.session import prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = build_store(tmp_path / "d", n=64)
+    meta_path = data / "train" / "meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "bag_positions": 4}))  # a former name
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    cfg = config_mod.load(tmp_path / "c.yaml", [f"run.dir={tmp_path / 'run'}", f"data.path={data}",
+                                                "model.bag_linear=true"])  # a former name too
+    seen = []
+
+    def hook(model, train, class_weights, log):
+        seen.append((model.cfg.pooled_positions, len(train), class_weights.tolist()))
+        model.input_linear_bias.fill_(1.0)
+
+    s = prepare(cfg, hardware.probe(), log=lambda m: None, before_training=hook)
+    assert seen and seen[0][:2] == (4, 64) and min(seen[0][2][:len(CLASSES)]) > 0  # balanced weights
+    assert float(s.model.input_linear_bias.sum()) == len(CLASSES)
+    with pytest.raises(ConfigError, match="model.input_linear is fitted by the store's task"):
+        prepare(cfg, hardware.probe(), log=lambda m: None)

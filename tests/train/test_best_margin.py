@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from trmkit.config import Config, ConfigError, TrainConfig
-from trmkit.tasks.classify import bootstrap_se
+from trmkit.tasks.classify.metrics import bootstrap_se
 from trmkit.train import loop
 
 
@@ -51,7 +51,7 @@ def test_se_needs_the_task_to_report_it_and_the_key_is_checked():
     s = _session("se")
     s.best.update(value=0.5, step=100)
     with pytest.raises(ConfigError, match="se/macro_f1.*train.best_margin=none"):
-        loop._best_margin(s, {"macro_f1": 0.6}, print)
+        loop._best_margin(s.cfg.train, s.best, {"macro_f1": 0.6}, print)
 
 
 def test_bootstrap_se_is_the_spread_of_the_score_and_shrinks_with_more_examples():

@@ -71,7 +71,7 @@ def check_budget(cfg: Config, settings: dict[str, Any], cache_dir: str | None,
     (given or default) must hold the planner's estimate of the step at the bench's micro-batch,
     or the bench stops before it starts, naming a micro-batch that fits."""
     hw = hardware.probe()
-    chosen = choose_budget(hw, cfg.run.memory_budget, on_gpu=False)
+    chosen = choose_budget(hw, cfg.run, on_gpu=False)
     m, B = resolve(cfg)[0].model, cfg.train.batch_size
     mb, ckpt = settings["micro_batch"], settings["grad_checkpointing"]
     mc = MemoryContext(settings["dtype"], process_baseline(hw), cached_calibration(m, settings["dtype"], cache_dir),

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from trmkit.config import current_names
 from trmkit.files import atomic_open, commit_dir, fsync_dir, temp_sibling, write_json
 
 FORMAT = "trmkit-store/1"
@@ -101,12 +102,13 @@ class StoreMeta:
     classes: tuple[str, ...] = ()  # a classify task's class names; its label ids index them
     grid_shape: tuple[int, int] | None = None  # (rows, columns) of a grid task's row-major sequence
     given_tokens: tuple[int, ...] = ()  # input tokens the answer repeats as they are (a maze's walls, S, G)
-    bag_positions: int = 0  # a classify store's last positions: a bag of hashed n-grams (email/bag.py)
+    pooled_positions: int = 0  # a classify store's last positions: ids the model pools, not mixes (e-mail's bag)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        optional = ("build", "classes", "grid_shape", "given_tokens", "bag_positions")
+        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions")
+        data = current_names(data)  # stores written under former key names
         names = [f for f in cls.__dataclass_fields__ if f not in optional]
         missing = [k for k in names if k not in data]
         if missing:
@@ -123,7 +125,7 @@ class StoreMeta:
                    classes=tuple(str(c) for c in data.get("classes", ())),
                    grid_shape=(int(grid[0]), int(grid[1])) if grid else None,
                    given_tokens=tuple(int(t) for t in data.get("given_tokens", ())),
-                   bag_positions=int(data.get("bag_positions", 0)))
+                   pooled_positions=int(data.get("pooled_positions", 0)))
         if grid and meta.grid_shape[0] * meta.grid_shape[1] != meta.seq_len:
             raise StoreError(f"{where}: grid_shape {list(grid)} does not hold seq_len={meta.seq_len} cells; "
                              f"{REBUILD_HINT}")
@@ -135,10 +137,10 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
-        for key in ("classes", "grid_shape", "given_tokens", "bag_positions"):
+        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions"):
             if not data[key]:
                 del data[key]
-            elif key != "bag_positions":
+            elif key != "pooled_positions":
                 data[key] = list(data[key])
         return data
 

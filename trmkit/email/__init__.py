@@ -13,7 +13,7 @@
     baseline.py  the TF-IDF + logistic-regression baseline a TRM has to beat
     commands.py  `trmkit email predict | export | serve | baseline`
 
-The generic classification maths (F1, calibration, the scorer) is tasks/classify.py, shared by
+The generic classification maths (F1, calibration, the scorer) is tasks/classify/ (metrics.py, scorer.py), shared by
 the scorer, the plots and the baseline. Heavy libraries (scikit-learn, tokenizers, starlette,
 matplotlib) are imported inside the functions that need them.
 """

@@ -6,7 +6,7 @@ weights. `trmkit email baseline` also runs it with class_weight="balanced" (the
 weighting the e-mail presets train the TRM with), which was the stronger of the
 two on all three corpora measured (docs/email.md): the bar a
 TRM has to clear is the better of the two. The text is what the TRM sees, subject + sender + body
-(`message_text`). The numbers come from `tasks.classify.summary_metrics`, the
+(`message_text`). The numbers come from `tasks.classify.metrics.summary_metrics`, the
 same code that scores the TRM, so the two sides are comparable line by line.
 
 Numbers, stratified 80/20 split (`stratified_split`), seed 0:
@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from trmkit.email.prepare import message_text  # noqa: F401 (the text both sides read)
-from trmkit.tasks.classify import bootstrap_ci, summary_metrics
+from trmkit.tasks.classify.metrics import bootstrap_ci, summary_metrics
 
 SETTINGS = {"ngram_range": (1, 2), "sublinear_tf": True, "min_df": 2, "lowercase": True,
             "C": 10.0, "max_iter": 2000, "class_weight": None}

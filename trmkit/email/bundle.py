@@ -30,16 +30,16 @@ import numpy as np
 import torch
 
 from trmkit import rundir
-from trmkit.config import ConfigError, ModelConfig
+from trmkit.config import ConfigError, ModelConfig, current_names
 from trmkit.data.store import META_FILE
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
-from trmkit.email.workers import encode_fields
+from trmkit.email.encode import encode_messages
 from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
-from trmkit.tasks.classify import stablemax_probs
+from trmkit.tasks.classify.metrics import stablemax_probs
 
 # The bundle's own file names (a bundle is not a run directory: see the module docstring).
 MODEL_FILE = "model.safetensors"
@@ -65,7 +65,7 @@ class Calibration:
 
 def calibrate(run_dir: Path) -> Calibration:
     """The run's calibration.json (written at the end of training), fitted again if it is missing."""
-    from trmkit.tasks.classify import calibrate as fit
+    from trmkit.tasks.classify.scorer import calibrate as fit
 
     path = rundir.path(run_dir, rundir.CLASSIFICATION)
     if not path.is_file():
@@ -121,12 +121,17 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
 
 def text_len(meta: dict) -> int:
     """Token positions of a message in the store (its sequence, less the n-gram bag after it)."""
-    return int(meta["seq_len"]) - int(meta.get("bag_positions", 0))
+    return int(meta["seq_len"]) - bag_positions(meta)
+
+
+def bag_positions(meta: dict) -> int:
+    """The store's bag positions (meta.json's pooled_positions; stores built before: bag_positions)."""
+    return int(meta.get("pooled_positions", meta.get("bag_positions", 0)))
 
 
 def reads(meta: dict) -> str:
     """What the model reads of a message, in words: "128 tokens", "32 tokens and a bag of 1024 n-grams"."""
-    bag = int(meta.get("bag_positions", 0))
+    bag = bag_positions(meta)
     return f"{text_len(meta)} tokens" + (f" and a bag of {bag} n-grams" if bag else "")
 
 
@@ -151,7 +156,7 @@ def measure_as_predict_runs(run_dir: Path, store: Path, classes: list[str], log=
     """The test split classified the way `email predict` runs by default (halting at the first
     positive halting logit, float32): the card's headline numbers are the ones a user gets."""
     from trmkit.email.task import MESSAGES_FILE
-    from trmkit.tasks.classify import summary_metrics
+    from trmkit.tasks.classify.metrics import summary_metrics
 
     path = store / "test" / MESSAGES_FILE
     if not path.is_file():
@@ -344,8 +349,8 @@ class Classifier:
                temperature: float, **kwargs) -> "Classifier":
         from trmkit.email.tokenizer import EmailTokenizer
 
-        known = {f.name for f in fields(ModelConfig)}
-        model = TRM(ModelConfig(**{k: v for k, v in model_cfg.items() if k in known}))
+        known = {f.name for f in fields(ModelConfig)}  # bundles written before: model keys under former names
+        model = TRM(ModelConfig(**{k: v for k, v in current_names(model_cfg).items() if k in known}))
         reading(weights, lambda p: rundir.load_weights(model, p, what=NO_WEIGHTS))
         if model.cfg.num_classes != len(classes):
             raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")
@@ -379,8 +384,7 @@ class Classifier:
         return out.numpy()
 
     def encode(self, messages: list[Message]) -> np.ndarray:
-        fields = [(m.subject, m.sender, m.body) for m in messages]
-        return encode_fields(self.tokenizer, self.bag, fields, self.seq_len, self.tail)
+        return encode_messages(self.tokenizer, self.bag, messages, self.seq_len, self.tail)
 
     def worker_setup(self) -> tuple:
         """What a worker process needs to encode as `encode` does (workers.encoded_batches)."""

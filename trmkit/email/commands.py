@@ -376,7 +376,7 @@ def paired_difference(trm: dict, base: dict, classes: list[str]) -> dict:
     order), resampled together: a 95% interval of macro-F1(TRM) - macro-F1(baseline)."""
     import numpy as np
 
-    from trmkit.tasks.classify import bootstrap_ci
+    from trmkit.tasks.classify.metrics import bootstrap_ci
 
     baseline_preds = base["preds"]
     rows = np.asarray(trm["rows"], dtype=np.int64)
@@ -392,7 +392,7 @@ def paired_difference(trm: dict, base: dict, classes: list[str]) -> dict:
 
 def side_by_side(result: dict, classes: list[str]) -> str:
     """A small table: accuracy, macro-F1 and per-class F1 of the baseline (and the TRM)."""
-    from trmkit.tasks.classify import SMALL_CLASS
+    from trmkit.tasks.classify.metrics import SMALL_CLASS
 
     cols = [k for k in (*BASELINES, "trm") if k in result]
     names = {"baseline": "LR", "baseline_balanced": "LR bal.", "trm": "TRM"}

@@ -6,7 +6,7 @@ plots (Task.plots); for a classifier run these are:
 - reliability.png: accuracy against confidence per bin, the diagonal, bin counts underneath;
 - a "Classification" section of report.md: the metrics, per-class table and confusion.
 
-They are drawn when RUN_DIR/classification.json exists (written by tasks.classify.ClassifyScorer.save).
+They are drawn when RUN_DIR/classification.json exists (written by tasks.classify.scorer.ClassifyScorer.save).
 RUN_DIR/calibration.json, when present, holds {"temperature": T, "ece_before": .., "ece_after": ..}
 and adds the temperature-scaled curve to the reliability diagram. matplotlib is imported inside
 the drawing functions; `report.write_report` has set the Agg backend before calling them.
@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trmkit import rundir
-from trmkit.tasks.classify import PROB_FNS, expected_calibration_error, read_classification, reliability_bins
+from trmkit.tasks.classify.metrics import PROB_FNS, expected_calibration_error, reliability_bins
+from trmkit.tasks.classify.scorer import read_classification
 
 
 def classification_plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:

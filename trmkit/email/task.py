@@ -12,7 +12,7 @@ only, and writes a store of the classify shape (docs/tasks.md):
     sidecars: train/tokenizer.json, */messages.json (where each row came from, and its text for
               `trmkit email baseline`), train/dataset_report.json
 
-The task's scorer is the generic classify scorer (tasks/classify.py); its plots (confusion
+The task's scorer is the generic classify scorer (tasks/classify/scorer.py); its plots (confusion
 matrix, reliability diagram: plots.py) are what `trmkit report` adds for an e-mail run.
 
 Nothing is dropped silently: every message that could not be read, had no label, or was a
@@ -34,14 +34,14 @@ import numpy as np
 from trmkit.data.imports import ImportReport
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
+from trmkit.email.encode import clip_body, encode_messages, message_fields
 from trmkit.email.mail import Message
 from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.tasks.base import Log, Task
-from trmkit.tasks.classify import SMALL_CLASS
+from trmkit.tasks.classify.metrics import SMALL_CLASS
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
-MAX_BODY_CHARS = 20_000  # kept per message at build time: the tokenizer reads the first ~8 * seq_len chars
 SPLITS = ("train", "val", "test")
 MESSAGES_FILE = "messages.json"  # sidecar of every split: message_record per row
 DATASET_REPORT_FILE = "dataset_report.json"  # sidecar of train/: dataset_report
@@ -156,8 +156,7 @@ def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> l
             report.accepted -= 1
             continue
         msg.label = label
-        if len(msg.body) > MAX_BODY_CHARS:
-            msg.body = msg.body[:MAX_BODY_CHARS // 2] + "\n" + msg.body[-MAX_BODY_CHARS // 2:]
+        msg.body = clip_body(msg.body)  # as predict reads it (encode.py); the text messages.json keeps
         out.append(msg)
     return out
 
@@ -260,7 +259,7 @@ def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Ba
     if not args.bag:
         return None
     t0 = time.perf_counter()
-    bag = Bag.fit((bag_text(m.subject, m.sender, m.body) for m in train), args.bag, args.bag_buckets,
+    bag = Bag.fit((bag_text(*f) for f in message_fields(train)), args.bag, args.bag_buckets,
                   tok.vocab_size, hashed=args.bag_hashed)
     log(f"bag: {args.bag} positions per message of {bag.describe()}, idf from the {len(train)} training "
         f"messages ({time.perf_counter() - t0:.1f} s)")
@@ -276,10 +275,7 @@ def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: lis
         msgs = [kept[i] for i in rows[name]]
         if not msgs:
             continue
-        fields = [(m.subject, m.sender, m.body) for m in msgs]
-        inputs = tok.encode_batch(fields, args.seq_len, args.tail)
-        if bag is not None:
-            inputs = bag.append_to(inputs, fields)
+        inputs = encode_messages(tok, bag, msgs, args.seq_len, args.tail)
         labels = np.full(inputs.shape, ignore, dtype=np.int64)
         labels[:, 0] = [index[m.label] for m in msgs]
         n = len(msgs)
@@ -322,7 +318,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
     return {
         "task": NAME,
         "vocab": tok.vocab() + (bag.vocab() if bag is not None else []),
-        "bag_positions": bag.positions if bag is not None else 0,
+        "pooled_positions": bag.positions if bag is not None else 0,
         "pad_id": tok.pad_id,
         "ignore_label_id": len(classes),
         "blank_id": None,
@@ -340,8 +336,8 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
 
 
 def scorer(split):
-    """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify.py)."""
-    from trmkit.tasks.classify import ClassifyScorer
+    """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify/scorer.py)."""
+    from trmkit.tasks.classify.scorer import ClassifyScorer
 
     return ClassifyScorer(split, list(split.meta.classes))
 
@@ -353,6 +349,13 @@ def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     return classification_plots(run_dir, out_dir)
 
 
+def before_training(model, train, class_weights, log: Log) -> None:
+    """Fit the bag's linear model (model.input_linear) to the training split: email/linear_fit.py."""
+    from trmkit.email.linear_fit import before_training as fit  # here: listing the tasks must stay light (no torch)
+
+    fit(model, train, class_weights, log)
+
+
 TASK = Task(
     name=NAME,
     shape="classify",
@@ -361,5 +364,6 @@ TASK = Task(
     build=run_build,
     scorer=scorer,
     plots=plots,
+    before_training=before_training,
     presets={"laptop": "configs/email-laptop.yaml"},
 )

@@ -16,24 +16,18 @@ from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from trmkit.config import ConfigError
 from trmkit.email.bag import Bag
+from trmkit.email.encode import encode_messages
 from trmkit.email.mail import Message
 from trmkit.email.mail.mime import ParseError, parse_bounded
 from trmkit.email.tokenizer import EmailTokenizer
 
 _WORKER: dict[str, Any] = {}  # in a worker: the tokenizer, bag and text layout it encodes with
-
-
-def encode_fields(tokenizer: EmailTokenizer, bag: Bag | None, fields: Sequence[tuple[str, str, str]],
-                  seq_len: int, tail: int) -> np.ndarray:
-    """(n, seq_len [+ bag positions]) model inputs for (subject, sender, body) triples."""
-    tokens = tokenizer.encode_batch(fields, seq_len, tail)
-    return tokens if bag is None else bag.append_to(tokens, fields)
 
 
 def _init(tokenizer_json: str, bag: dict | None, seq_len: int, tail: int) -> None:
@@ -51,8 +45,7 @@ def parse_and_encode(items: list[tuple[bytes, int, str]]) -> tuple[list[tuple[st
             kept.append(parse_bounded(data, where, size))
         except ParseError as err:
             skipped.append((where, err.reason, err.detail))
-    fields = [(m.subject, m.sender, m.body) for m in kept]
-    rows = encode_fields(_WORKER["tokenizer"], _WORKER["bag"], fields, _WORKER["seq_len"], _WORKER["tail"])
+    rows = encode_messages(_WORKER["tokenizer"], _WORKER["bag"], kept, _WORKER["seq_len"], _WORKER["tail"])
     return [(m.where, m.message_id) for m in kept], rows, skipped
 
 

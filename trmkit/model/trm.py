@@ -23,6 +23,9 @@ Departures / choices beyond the paper (following the reference code):
 - Token and prefix embeddings are scaled by sqrt(D) after concatenation.
 - With model.puzzle_emb_dim set (the reference's ARC recipe: D values per
   puzzle), the learned row is zero-padded to the prefix's puzzle_emb_len * D.
+- model.pooled_positions (ours, for a classifier's bag of n-grams): the last positions are not mixed;
+  their mean embedding is added to every token position, and model.input_linear adds a frozen linear
+  model of their ids, fitted by the task before training (model/input_linear.py).
 - model.mixer=conv (ours, for grid tasks; layers.GridConv): no prefix and no positions;
   the halting head reads the mean of z_H over the grid instead of the first position.
 """
@@ -36,7 +39,7 @@ import torch
 from torch import nn
 
 from trmkit.config import ModelConfig
-from trmkit.model import bag_linear
+from trmkit.model import input_linear
 from trmkit.model.layers import Network, rotary_tables
 
 
@@ -109,20 +112,11 @@ class TRM(nn.Module):
             self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
             nn.init.trunc_normal_(self.class_head.weight, std=std, a=-2 * std, b=2 * std)
             nn.init.zeros_(self.class_head.bias)
-            if cfg.bag_head:  # starts at zero: the model begins as the one without it
-                self.bag_head = nn.Linear(D, cfg.num_classes, bias=False)
-                nn.init.zeros_(self.bag_head.weight)
-            if cfg.bag_linear:  # buffers, not parameters: fitted before training (model/bag_linear.py), frozen;
-                nn.init.zeros_(self.class_head.weight)  # the model begins as that fitted model
-                self.register_buffer("bag_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
-                self.register_buffer("bag_linear_bias", torch.zeros(cfg.num_classes))
-                if cfg.bag_linear_weighting != "binary":  # each id's idf in the training bags (fitted too),
-                    self.register_buffer("bag_linear_idf", torch.zeros(cfg.vocab_size))
-                    self.register_buffer("bag_linear_use_idf", torch.ones(()))  # and 0 where auto chose binary
-                if cfg.bag_linear_folds:  # one fit per fold without it: the training steps' logits
-                    self.register_buffer("bag_linear_fold_weight",
-                                         torch.zeros(cfg.bag_linear_folds, cfg.vocab_size, cfg.num_classes))
-                    self.register_buffer("bag_linear_fold_bias", torch.zeros(cfg.bag_linear_folds, cfg.num_classes))
+            if cfg.pooled_head:  # starts at zero: the model begins as the one without it
+                self.pooled_head = nn.Linear(D, cfg.num_classes, bias=False)
+                nn.init.zeros_(self.pooled_head.weight)
+            if cfg.input_linear:
+                self._input_linear_buffers(cfg)
         else:
             self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
@@ -136,6 +130,20 @@ class TRM(nn.Module):
             cos, sin = rotary_tables(self.seq_total, D // cfg.num_heads, cfg.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _input_linear_buffers(self, cfg: ModelConfig) -> None:
+        """Buffers, not parameters: fitted by the task before training (Task.before_training), then frozen;
+        the class head starts at zero, so the model begins as that fitted model (model/input_linear.py)."""
+        nn.init.zeros_(self.class_head.weight)
+        self.register_buffer("input_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
+        self.register_buffer("input_linear_bias", torch.zeros(cfg.num_classes))
+        if cfg.input_linear_weighting != "binary":  # each id's idf in the training rows (fitted too),
+            self.register_buffer("input_linear_idf", torch.zeros(cfg.vocab_size))
+            self.register_buffer("input_linear_use_idf", torch.ones(()))  # and 0 where auto chose binary
+        if cfg.input_linear_folds:  # one fit per fold without it: the training steps' logits
+            folds = cfg.input_linear_folds
+            self.register_buffer("input_linear_fold_weight", torch.zeros(folds, cfg.vocab_size, cfg.num_classes))
+            self.register_buffer("input_linear_fold_bias", torch.zeros(folds, cfg.num_classes))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -170,15 +178,16 @@ class TRM(nn.Module):
             carry.steps[slots] = 0
 
     def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
-        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ the pooled bag)]."""
+        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ the pooled positions' mean)]."""
         return self.embed_parts(inputs, puzzle_ids)[0]
 
     def embed_parts(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor):
-        """(x, bag): the network's input (B, S, D) and the scaled pooled bag (B, D), None without a bag."""
-        x, bag = self.embed_tokens(inputs.long()), None  # (B, L, D)
-        if self.cfg.bag_positions:
-            x, bag = self.pool_bag(x, inputs)  # (B, L - bag, D), (B, D)
-            x = x + bag.unsqueeze(1)
+        """(x, pooled): the network's input (B, S, D) and the scaled mean of the pooled positions (B, D),
+        None without them."""
+        x, pooled = self.embed_tokens(inputs.long()), None  # (B, L, D)
+        if self.cfg.pooled_positions:
+            x, pooled = self.pool_positions(x, inputs)  # (B, L - n, D), (B, D)
+            x = x + pooled.unsqueeze(1)
         if self.puzzle_emb is not None:
             rows = self.puzzle_emb(puzzle_ids.long())  # (B, width)
             pad = self.cfg.puzzle_emb_len * self.cfg.hidden_size - rows.shape[1]
@@ -186,15 +195,15 @@ class TRM(nn.Module):
                 rows = torch.nn.functional.pad(rows, (0, pad))
             prefix = rows.view(x.shape[0], self.cfg.puzzle_emb_len, -1)
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
-        return self.embed_scale * x, None if bag is None else self.embed_scale * bag
+        return self.embed_scale * x, None if pooled is None else self.embed_scale * pooled
 
-    def pool_bag(self, x: torch.Tensor, inputs: torch.Tensor):
+    def pool_positions(self, x: torch.Tensor, inputs: torch.Tensor):
         """(tokens, pooled): the token positions (B, L - n, D), the mixer works on these only, and the
-        bag's mean embedding (B, D), its pads left out, which the caller adds to every token position."""
-        n = self.cfg.bag_positions
-        tokens, bag = x[:, :-n], x[:, -n:]  # (B, L - n, D), (B, n, D)
+        last n positions' mean embedding (B, D), pads left out, which the caller adds to every token position."""
+        n = self.cfg.pooled_positions
+        tokens, tail = x[:, :-n], x[:, -n:]  # (B, L - n, D), (B, n, D)
         present = (inputs[:, -n:] != 0).to(x.dtype).unsqueeze(-1)  # pad id 0
-        return tokens, (bag * present).sum(1) / present.sum(1).clamp_min(1)
+        return tokens, (tail * present).sum(1) / present.sum(1).clamp_min(1)
 
     def _positions(self, length: int):
         """What the mixer knows of positions: rotary tables for the first `length` positions (attention;
@@ -220,41 +229,42 @@ class TRM(nn.Module):
         read = z_H.mean(dim=1) if self.cfg.mixer == "conv" else z_H[:, 0]
         return self.q_head(read).float()[:, 0]
 
-    def output(self, z_H: torch.Tensor, bag: torch.Tensor | None = None, inputs: torch.Tensor | None = None
+    def output(self, z_H: torch.Tensor, pooled: torch.Tensor | None = None, inputs: torch.Tensor | None = None
                ) -> torch.Tensor:
         """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
-        the mean over the token positions (every position has seen the whole message through the mixer),
-        plus a linear read of the pooled bag with model.bag_head, plus the fitted linear model of the
-        bag's ids with model.bag_linear."""
+        the mean over the token positions (every position has seen the whole input through the mixer),
+        plus a linear read of the pooled positions with model.pooled_head, plus the fitted linear model
+        of their ids with model.input_linear."""
         tokens = z_H[:, self.cfg.puzzle_emb_len:]
         if not self.cfg.num_classes:
             return self.lm_head(tokens)
         logits = self.class_head(tokens.mean(dim=1))  # (B, C)
-        if self.cfg.bag_head and bag is not None:
-            logits = logits + self.bag_head(bag.to(logits.dtype))
-        if self.cfg.bag_linear and inputs is not None:
-            logits = logits.float() + self.bag_linear_logits(inputs)
+        if self.cfg.pooled_head and pooled is not None:
+            logits = logits + self.pooled_head(pooled.to(logits.dtype))
+        if self.cfg.input_linear and inputs is not None:
+            logits = logits.float() + self.input_linear_logits(inputs)
         return logits.unsqueeze(1)
 
-    def bag_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, C) float32: the sum of the bag's ids' rows of the fitted linear model, plus its bias; in
-        training with model.bag_linear_folds, of the model fitted without each message's fold."""
-        idf = (self.bag_linear_idf, self.bag_linear_use_idf) if self.cfg.bag_linear_weighting != "binary" else None
-        if self.training and self.cfg.bag_linear_folds:
-            return bag_linear.read_out_of_fold(inputs, self.bag_linear_fold_weight, self.bag_linear_fold_bias,
-                                               self.cfg.bag_positions, idf)
-        return bag_linear.read(inputs, self.bag_linear_weight, self.bag_linear_bias, self.cfg.bag_positions, idf)
+    def input_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, C) float32: the sum of the pooled ids' rows of the fitted linear model, plus its bias; in
+        training with model.input_linear_folds, of the model fitted without each row's fold."""
+        cfg = self.cfg
+        idf = (self.input_linear_idf, self.input_linear_use_idf) if cfg.input_linear_weighting != "binary" else None
+        if self.training and cfg.input_linear_folds:
+            return input_linear.read_out_of_fold(inputs, self.input_linear_fold_weight, self.input_linear_fold_bias,
+                                                 cfg.pooled_positions, idf)
+        return input_linear.read(inputs, self.input_linear_weight, self.input_linear_bias, cfg.pooled_positions, idf)
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,)."""
-        x, bag = self.embed_parts(inputs, puzzle_ids)
+        x, pooled = self.embed_parts(inputs, puzzle_ids)
         positions = self._positions(x.shape[1])
         with torch.no_grad():
             for _ in range(self.cfg.H_cycles - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
         z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
-        logits = self.output(z_H, bag, inputs)  # (B, L, V), or (B, 1, C) for a classifier
+        logits = self.output(z_H, pooled, inputs)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from trmkit.config import Config, ConfigError, ModelConfig, parse_size
+from trmkit.config import Config, ConfigError, ModelConfig, RunConfig
 from trmkit.hardware import HardwareInfo, effective_available
 from trmkit.hardware.allocator import KEEP_TRIM_THRESHOLD
 from trmkit.hardware.cpu import native_bf16
@@ -45,12 +45,12 @@ RETURNS_FREED = "go back to the OS"  # marks the tight-budget choice: apply_to_p
 
 # ----------------------------------------------------------------------------- budget
 
-def choose_budget(hw: HardwareInfo, text: str, on_gpu: bool) -> Choice:
-    """Bytes the planned step may use at its peak (the whole process's RSS on a CPU); `text` is
-    run.memory_budget (which --memory-budget sets), checked when the config was loaded."""
-    if text:
-        value = parse_size(text, "run.memory_budget")
-        where = f"set as run.memory_budget={text}"
+def choose_budget(hw: HardwareInfo, run: RunConfig, on_gpu: bool) -> Choice:
+    """Bytes the planned step may use at its peak (the whole process's RSS on a CPU): run.memory_budget
+    (which --memory-budget sets), read by the config (RunConfig.budget_bytes), or derived from the machine."""
+    value = run.budget_bytes()
+    if value is not None:
+        where = f"set as run.memory_budget={run.memory_budget}"
         free = effective_available(hw) + hw.memory.rss
         warn = f"; more than the {format_bytes(free)} free now" if value > free and not on_gpu else ""
         return Choice(value, f"{where} ({format_bytes(value)}){warn}")

@@ -72,7 +72,7 @@ def make_plan(cfg: Config, hw: HardwareInfo,
     busy = others_cpu_percent() / 100 * hw.cpu.effective_cores if auto_cpu else 0.0  # cores others use now
     threads, interop = choose_threads(cfg.run.threads, hw, ranks_here, busy)
     on_gpu = device.value == "cuda"
-    budget = share_budget(choose_budget(hw, cfg.run.memory_budget, on_gpu), ranks_here, on_gpu)
+    budget = share_budget(choose_budget(hw, cfg.run, on_gpu), ranks_here, on_gpu)
     speeds, bench = (None, 1) if on_gpu else speed_table(cfg, hw, threads.value, device.value,
                                                          dtypes_to_time(cfg, hw), cache_dir, log)
     dtype = choose_dtype(cfg, hw, device.value, speeds, bench)

@@ -66,7 +66,7 @@ class Calibration:
 
 
 def seq_total(m: ModelConfig) -> int:
-    """S: positions the network sees, the puzzle-embedding prefix plus the sequence (less a pooled bag)."""
+    """S: positions the network sees, the puzzle-embedding prefix plus the sequence (less the pooled positions)."""
     return m.network_positions
 
 

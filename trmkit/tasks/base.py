@@ -8,7 +8,7 @@ store's ``meta.json`` "task" key and hands its scorer to the trainer.
 
 Shapes (docs/tasks.md):
 - "grid": per-position outputs, exact-match metrics (Sudoku, Maze, ARC);
-- "classify": one label per example, F1 metrics and calibration (e-mail: email/task.py, tasks/classify.py).
+- "classify": one label per example, F1 metrics and calibration (e-mail: email/task.py, tasks/classify/).
 Self-play RL is not a task shape: it has no store, and plugs into the trainer as an
 objective (train/objective.py, trmkit/rl/).
 """
@@ -44,6 +44,9 @@ class Task:
     sampler: Callable[[Any], Any] | None = None
     # (StoreMeta, count) -> data.variants.Variants: symmetries to vote over at test time (`trmkit eval --vote`)
     variants: Callable[[Any, int], Any] | None = None
+    # (model, training Split, class weights or None, log): run once before training, e.g. to fit frozen
+    # weights from the training split (e-mail: the bag's linear model, model.input_linear)
+    before_training: Callable[[Any, Any, Any, Log], None] | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:

@@ -38,6 +38,7 @@ from trmkit.train import distributed as dist_mod
 from trmkit.train.optim import ema_weights
 from trmkit.train.scorer import NeedsLogits, SavesAnswers, Scorer
 from trmkit.train.session import Session
+from trmkit.train.state import restore_weights
 from trmkit.train.step import StepContext, is_out_of_memory, labels_to_tensor
 
 if TYPE_CHECKING:
@@ -179,10 +180,7 @@ def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None =
     if step is None:
         rundir.load_weights(s.model, run_dir, s.ctx.device)
     else:
-        tensors = _checkpoint_tensors(run_dir, step)
-        state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-        state.update({k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")})
-        s.model.load_state_dict(state)
+        restore_weights(s.model, _checkpoint_tensors(run_dir, step), ema_as_weights=True)
     s.opts.ema = None
 
 

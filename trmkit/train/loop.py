@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from trmkit import config as config_mod
 from trmkit import files, hardware, monitor, rundir
-from trmkit.config import Config, ConfigError
+from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.store import Split
 from trmkit.train import distributed as dist_mod
 from trmkit.train import timefit
+from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
 from trmkit.train.resume import restore_best, resume_if_possible, save_state
@@ -59,7 +62,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     with graceful_stop(log) as stop:
         evals = _run_steps(s, clock, out, stop, log)
         progress.close()
-        if _agree(s, [stop.signal_name is not None])[0]:  # a signal that came after the step's agreement
+        late_signal = [stop.signal_name is not None]  # a signal that came after the step's agreement
+        if _agree(s.run.world, s.ctx.device, late_signal)[0]:
             return _stopped(s, clock, loggers, evals, stop, log)
         evals = _final_evaluations(s, clock, loggers, evals, log)
     loggers.close()
@@ -76,9 +80,9 @@ def write_run_files(s: Session, run_dir: Path) -> None:
     files.write_json(rundir.path(run_dir, rundir.PLAN), s.run.plan.to_dict())
 
 
-def _agree(s: Session, flags: list[bool]) -> list[bool]:
+def _agree(world: World, device: torch.device, flags: list[bool]) -> list[bool]:
     """Decisions taken on a clock or a signal, made the same on every process."""
-    return dist_mod.agree(flags, s.ctx.device) if s.run.world.active else flags
+    return dist_mod.agree(flags, device) if world.active else flags
 
 
 def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
@@ -90,8 +94,8 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
         step = s.state.step
         if fit is not None:
             cfg = _refit(s, fit, out, log)
-        stopped, late, due = _agree(s, [stop.requested, _out_of_time(cfg, clock.start),
-                                        _checkpoint_due(cfg, step, clock)])
+        flags = [stop.requested, _out_of_time(cfg, clock.start), _checkpoint_due(cfg, step, clock)]
+        stopped, late, due = _agree(s.run.world, s.ctx.device, flags)
         if stopped:
             stop.signal_name = stop.signal_name or "a stop signal on another process"
             break
@@ -185,7 +189,7 @@ def _evaluate_in_loop(s: Session, clock: Clock, out: Monitors, log: Log) -> tupl
     step = s.state.step
     out.progress.close()
     evals = _periodic_eval(s, clock, out.loggers, log)  # the same result on every process
-    stop_early = _early_stop(s, log)
+    stop_early = _early_stop(s.cfg.train, s.best, log)
     saved = s.best["step"] == step and s.cfg.train.restore_best
     if saved:
         _timed_save(s, clock, evals, log)  # the best's weights stay on disk to restore
@@ -265,17 +269,16 @@ def _periodic_eval(s: Session, clock: Clock, loggers, log: Log) -> dict:
     log(f"{prefix} @ step {s.state.step}: " + format_eval(evals))
     value = evals.get(s.cfg.train.best_metric)
     if value is not None:
-        if s.best["value"] is None or value > s.best["value"] + _best_margin(s, evals, log):
+        if s.best["value"] is None or value > s.best["value"] + _best_margin(s.cfg.train, s.best, evals, log):
             s.best.update(value=float(value), step=s.state.step, evals_since=0)
         else:
             s.best["evals_since"] += 1
     return evals
 
 
-def _best_margin(s: Session, evals: dict, log: Log) -> float:
+def _best_margin(t: TrainConfig, best: dict, evals: dict, log: Log) -> float:
     """How far a new evaluation must beat the kept best (train.best_margin): 0, or its standard error,
     said when a higher value stays within it."""
-    t = s.cfg.train
     if t.best_margin == "none":
         return 0.0
     key = f"se/{t.best_metric}"
@@ -283,9 +286,9 @@ def _best_margin(s: Session, evals: dict, log: Log) -> float:
         raise ConfigError(f"train.best_margin=se needs the evaluation to report {key}, and this task's does not "
                           f"(it reports {sorted(evals)}): set train.best_margin=none")
     value, margin = evals[t.best_metric], float(evals[key])
-    if s.best["value"] < value <= s.best["value"] + margin:
-        log(f"best: {t.best_metric} {value:.4f} is above the kept {s.best['value']:.4f} (step {s.best['step']}) "
-            f"by {value - s.best['value']:.4f}, within its standard error {margin:.4f} on this split "
+    if best["value"] < value <= best["value"] + margin:
+        log(f"best: {t.best_metric} {value:.4f} is above the kept {best['value']:.4f} (step {best['step']}) "
+            f"by {value - best['value']:.4f}, within its standard error {margin:.4f} on this split "
             "(train.best_margin=se): the kept weights stay the best")
     return margin
 
@@ -295,10 +298,10 @@ def _evaluated_at(cfg: Config, step: int) -> bool:
     return bool(cfg.train.eval_every) and step % cfg.train.eval_every == 0 and step < cfg.train.max_steps
 
 
-def _early_stop(s: Session, log: Log) -> bool:
-    patience = s.cfg.train.early_stop_evals
-    if patience and s.best["evals_since"] >= patience:
-        log(f"early stop: {s.cfg.train.best_metric} has not improved on {s.best['value']:.4f} (step "
-            f"{s.best['step']}) for {patience} evaluations (train.early_stop_evals={patience})")
+def _early_stop(t: TrainConfig, best: dict, log: Log) -> bool:
+    patience = t.early_stop_evals
+    if patience and best["evals_since"] >= patience:
+        log(f"early stop: {t.best_metric} has not improved on {best['value']:.4f} (step "
+            f"{best['step']}) for {patience} evaluations (train.early_stop_evals={patience})")
         return True
     return False

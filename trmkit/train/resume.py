@@ -18,6 +18,7 @@ from trmkit import rundir
 from trmkit.config import Config, ConfigError
 from trmkit.train import checkpoint
 from trmkit.train import distributed as dist_mod
+from trmkit.plan import Plan
 from trmkit.train import state as state_mod
 from trmkit.train.session import Session
 
@@ -100,17 +101,17 @@ def save_state(s: Session, metrics: dict, log: Log = print) -> Path | None:
             return None
         tensors = {**tensors, **extra}
         meta.update(world_size=world.size, ranks=metas)
-    meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s), best=dict(s.best))
+    meta.update(config=s.cfg.to_dict(), metrics=metrics, execution=execution(s.run.plan, s.ctx.micro_batch),
+                best=dict(s.best))
     best = s.cfg.train.best_metric if s.cfg.train.best_metric in metrics else None
     return checkpoint.save_checkpoint(s.cfg.run.dir, s.state.step, tensors, meta,
                                       keep_last=s.cfg.train.keep_checkpoints, best_metric=best, log=log,
                                       best_step=s.best["step"])
 
 
-def execution(s: Session) -> dict:
+def execution(plan: Plan, micro_batch: int) -> dict:
     """What the checkpoint was trained with beyond its config: resume continues with it."""
-    plan = s.run.plan
-    return {"micro_batch": s.ctx.micro_batch, "dtype": str(plan.dtype.value),
+    return {"micro_batch": micro_batch, "dtype": str(plan.dtype.value),
             "grad_checkpointing": bool(plan.grad_checkpointing.value)}
 
 
@@ -128,11 +129,7 @@ def restore_best(s: Session, log: Log) -> bool:
     if ckpt is None or ckpt.meta["step"] != s.best["step"]:
         log(f"restore_best: no checkpoint of the best step {s.best['step']} is left; keeping the last weights")
         return False
-    tensors = ckpt.tensors
-    s.model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-    if s.opts.ema is not None:
-        for k in s.opts.ema.shadow:
-            s.opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
+    state_mod.restore_weights(s.model, ckpt.tensors, s.opts.ema)
     log(f"restore_best: weights of step {s.best['step']} ({s.cfg.train.best_metric} "
         f"{s.best['value']:.4f} on val) from {path}")
     return True

@@ -32,7 +32,6 @@ from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
-from trmkit.model import bag_linear
 from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
@@ -130,7 +129,7 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     meta = split.meta
     fields = {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
               "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes),
-              "bag_positions": meta.bag_positions}
+              "pooled_positions": meta.pooled_positions}
     if mixer == "conv":
         fields.update(grid_fields(split))
     return fields
@@ -383,7 +382,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             meter: PeakMeter | None = None,
             scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
             objective: Objective | None = None, world: World = SINGLE,
-            sampler: Callable[..., Sampler] | None = None) -> Session:
+            sampler: Callable[..., Sampler] | None = None,
+            before_training: Callable[..., None] | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -392,7 +392,10 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
     the global batch, each process holds its share of the slots.
-    sampler: the task's generator (data.stream=generate): (store meta, easy_share=) -> one example at a difficulty."""
+    sampler: the task's generator (data.stream=generate): (store meta, easy_share=) -> one example at a difficulty.
+    before_training: the task's hook (model, training split, class weights, log), called once the model and the
+    training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
+    its checkpoint after it."""
     meter = meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
@@ -413,9 +416,11 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     if objective is None and not evaluate_only:
         data.stream = training_stream(cfg, data, world, sampler, log)
         data.val = open_val_split(cfg.data.path)
-        if cfg.model.bag_linear:  # before training; a resumed run reloads the same fit from its checkpoint
-            bag_linear.fit(model, data.train.inputs, data.train.labels, ctx.label_weights, cfg.model.bag_linear_c,
-                           log)
+        if cfg.model.input_linear and before_training is None:
+            raise ConfigError(f"model.input_linear is fitted by the store's task before training, and the "
+                              f"{(data.train or data.test).meta.task} task fits none: set model.input_linear=false")
+        if before_training is not None:
+            before_training(model, data.train, ctx.label_weights, log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
                    run=Run(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
                    scorer=scorer, objective=objective)

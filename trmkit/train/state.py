@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
+from trmkit.config import current_name
 from trmkit.model.trm import TRM, Carry
 from trmkit.train import checkpoint
+from trmkit.train.optim import EMA
 from trmkit.train.step import Optimizers, TrainState
 
 CARRY_KEYS = ("z_H", "z_L", "steps", "halted")
@@ -35,12 +37,27 @@ def optimizer_tensors(model: TRM, opt: torch.optim.Optimizer) -> dict[str, torch
     return out
 
 
+def unpack(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors under `prefix` ("model.", "ema.", "opt."), the prefix dropped and each name
+    current (checkpoints written before a rename: config.current_name)."""
+    return {current_name(k[len(prefix):]): v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def restore_weights(model: TRM, tensors: dict[str, torch.Tensor], ema: EMA | None = None,
+                    ema_as_weights: bool = False) -> None:
+    """The one loader of a checkpoint's weights: its "model." tensors into the model (with ema_as_weights
+    its "ema." ones over them: the weights evaluation uses), and its "ema." tensors into ema's shadow."""
+    weights, shadow = unpack(tensors, "model."), unpack(tensors, "ema.")
+    model.load_state_dict({**weights, **shadow} if ema_as_weights else weights)
+    if ema is not None:
+        for k in ema.shadow:
+            ema.shadow[k].copy_(shadow[k])
+
+
 def load_optimizer_tensors(model: TRM, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
     by_name = dict(model.named_parameters())
-    for key, value in tensors.items():
-        if not key.startswith("opt."):
-            continue
-        name, _, field = key[len("opt."):].rpartition(".")
+    for key, value in unpack(tensors, "opt.").items():
+        name, _, field = key.rpartition(".")
         p = by_name[name]
         opt.state[p][field] = value.to(p.device) if field != "step" else value.clone()
 
@@ -72,10 +89,8 @@ def collect(model: TRM, opts: Optimizers, state: TrainState, stream) -> tuple[di
 
 def restore_shared(model: TRM, opts: Optimizers, state: TrainState, tensors: dict, meta: dict) -> None:
     """What every process of a run shares: weights, EMA, optimizer state, the step."""
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    restore_weights(model, tensors, opts.ema)
     if opts.ema is not None:
-        for k in opts.ema.shadow:
-            opts.ema.shadow[k].copy_(tensors[f"ema.{k}"])
         opts.ema.updates = int(meta["ema_updates"])
     load_optimizer_tensors(model, opts.dense, tensors)
     state.step = int(meta["step"])

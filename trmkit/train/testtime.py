@@ -29,6 +29,7 @@ from trmkit.config import ConfigError
 from trmkit.data.stream import eval_batches
 from trmkit.data.variants import Variants, vote
 from trmkit.model.losses import log_stablemax
+from trmkit.model.trm import TRM
 from trmkit.train.evaluate import run_eval
 from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
@@ -122,7 +123,7 @@ def run_vote(s: Session, variants: Variants | None, counts: list[int], limit: in
                           "(Task.variants, docs/tasks.md); evaluate without --vote")
     if len(variants) < max(counts):
         raise ConfigError(f"--vote {max(counts)}: only {len(variants)} variants were made")
-    solve = lambda batch: _solve_variants(s, batch, variants, max(counts))  # noqa: E731
+    solve = lambda batch: _solve_variants(s.model, s.ctx, batch, variants, max(counts))  # noqa: E731
     result = _tally_split(s, counts, solve, variants, limit)
     for n, r in result.items():
         log(f"eval: vote over {n} variant(s) at K={s.model.cfg.halt_max_steps}: exact_accuracy "
@@ -137,7 +138,7 @@ def run_pooled_vote(s: Session, variants: Variants | None, n: int, steps: list[i
     if variants is None or split is None or len(variants) < n:
         raise ConfigError(f"{s.cfg.data.path}: --pool needs a test split and {n} variants of its task")
     ballots = n * len(steps)
-    solve = lambda batch: _solve_variants_at(s, batch, variants, n, steps)  # noqa: E731
+    solve = lambda batch: _solve_variants_at(s.model, s.ctx, batch, variants, n, steps)  # noqa: E731
     result = {**_tally_split(s, [ballots], solve, variants, limit)[ballots], "variants": n, "steps": list(steps)}
     listed = ','.join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]},{steps[1]},...,{steps[-1]}"
     log(f"eval: vote over {n} variant(s) x K={listed} ({ballots} ballots): exact_accuracy "
@@ -164,21 +165,21 @@ def _tally_split(s: Session, counts: list[int], solve: Callable, variants: Varia
 
 
 @torch.no_grad()
-def _solve_variants_at(s: Session, batch, variants: Variants, n: int, steps: list[int]
+def _solve_variants_at(model: TRM, ctx: StepContext, batch, variants: Variants, n: int, steps: list[int]
                        ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
     """As _solve_variants, with each variant's probabilities after every K of steps (one pass per
     variant to the largest K); a variant's seconds go to its first ballot."""
     inputs = np.asarray(batch.inputs)
-    pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(s.ctx.device, torch.int64)
+    pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
     probs, seconds, q_first = [], [], None
     for v in range(n):
         t0 = time.perf_counter()
-        x = torch.from_numpy(variants.apply(inputs, v)).to(s.ctx.device)
-        carry = s.model.initial_carry(x.shape[0], s.ctx.device)
+        x = torch.from_numpy(variants.apply(inputs, v)).to(ctx.device)
+        carry = model.initial_carry(x.shape[0], ctx.device)
         z_H, z_L = carry.z_H, carry.z_L
         for k in range(1, max(steps) + 1):
-            with s.ctx.autocast():
-                z_H, z_L, logits, q = s.model(z_H, z_L, x, pids)
+            with ctx.autocast():
+                z_H, z_L, logits, q = model(z_H, z_L, x, pids)
             if k in steps:
                 probs.append(variants.undo(log_stablemax(logits.float()).exp().cpu().numpy(), v))
                 seconds.append(0.0)
@@ -187,10 +188,11 @@ def _solve_variants_at(s: Session, batch, variants: Variants, n: int, steps: lis
     return probs, q_first, seconds
 
 
-def _solve_variants(s: Session, batch, variants: Variants, n: int) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+def _solve_variants(model: TRM, ctx: StepContext, batch, variants: Variants, n: int
+                    ) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
     """Each variant's probabilities (b, L, V) after the model's N_sup steps, turned back to the example's
     frame; the halting logits of the example itself; the seconds each variant took."""
-    return _solve_variants_at(s, batch, variants, n, [s.model.cfg.halt_max_steps])
+    return _solve_variants_at(model, ctx, batch, variants, n, [model.cfg.halt_max_steps])
 
 
 class _Tally:

@@ -1,11 +1,10 @@
 """Maze generation: a randomised depth-first carve with extra openings (loops), and shortest paths.
 
-A maze is a grid of tokens (see tasks/maze/__init__.py); a perfect maze is carved over the cells at
-even coordinates, then each remaining inner wall is opened with probability `loops`, so the maze
-has cycles and the model must find the *shortest* of several routes. S is drawn at random, G at
-random among the cells at least `min_path` steps away; a maze whose shortest path is not unique
-is drawn again.
-"""
+A maze is a grid of tokens (see the package docstring, tasks/maze/__init__.py); a perfect maze is
+carved over the cells at even coordinates, then each remaining inner wall is opened with probability
+`loops`, so the maze has cycles and the model must find the *shortest* of several routes. S is drawn
+at random, G at random among the cells at least `min_path` steps away; a maze whose shortest path is
+not unique is drawn again."""
 
 from __future__ import annotations
 

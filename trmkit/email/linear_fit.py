@@ -1,33 +1,26 @@
-"""The bag's fitted linear model (model.bag_linear): logistic regression over a message's n-gram ids.
+"""The e-mail bag's linear model: fitted before training into the model's frozen input_linear buffers.
 
-A classifier store with a bag (`trmkit data email --bag N`) ends each example with the ids of its
-N most telling n-grams. With model.bag_linear the class logits add a linear model of those ids,
+An e-mail store built with a bag (`trmkit data email --bag N`) ends each message with the ids of its
+N most telling n-grams; the model pools them (model.pooled_positions) and, with model.input_linear,
+adds a linear model of them to its class logits (model/input_linear.py reads it). This module fits
+it, through the e-mail task's `before_training` hook (email/task.py), once before training on the
+training split, to the optimum of
 
-    logits_bag(x) = sum over the bag's ids j of v_j W[j] + b        (W: vocab x classes)
+    sum_i w_i CE(logits_in(x_i), y_i) / N  +  |W|^2 / (2 C N)
 
-with v_j = 1 (model.bag_linear_weighting: binary), or (idf) v_j = idf_j / sqrt(sum over the bag of
-idf^2), idf_j = log((1 + N) / (1 + df_j)) + 1 counted over the N training bags and kept as a buffer:
-a message's TF-IDF vector over its bag, as the baseline reads its words (binary tf: a bag holds an
-id once). On the word bag (docs/email.md, fifth measurement) the idf features fitted with C=10 reach
-the class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay 0.02 under it.
-
-fitted once before training, on the training split, to the optimum of
-
-    sum_i w_i CE(logits_bag(x_i), y_i) / N  +  |W|^2 / (2 C N)
-
-(w_i: the training loss's class weights, train.class_weighting; C: model.bag_linear_c; the same
+(w_i: the training loss's class weights, train.class_weighting; C: model.input_linear_c; the same
 objective as scikit-learn's LogisticRegression on a multi-hot matrix), by full-batch L-BFGS, and then
-frozen (buffers, not parameters). Why fitted and not trained with the rest: on a few hundred messages
-the same linear model trained by Adam beside the recursion stops well short of that optimum and
-generalises worse (docs/email.md). The recursion's own head starts beside it and learns what it
-leaves; a run resumed from a checkpoint reloads the fitted weights with the rest.
+frozen (buffers, not parameters). idf features (model.input_linear_weighting=idf): idf_j =
+log((1 + N) / (1 + df_j)) + 1 counted over the N training bags, as the baseline reads its words. On
+the word bag (docs/email.md, fifth measurement) the idf features fitted with C=10 reach the
+class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay 0.02 under it.
 
-Out of fold (model.bag_linear_folds = K >= 2): the fitted model classifies its own training split
-almost perfectly, so the recursion, trained on those logits, sees few errors to learn from. With K
-folds it is also fitted K times, each time without one fold of the training split, and a training
-step adds to each message the logits of the fit that did not see it (stacking); evaluation and
-inference use the fit on the whole split. A message's fold is a hash of its bag's ids (`fold_of`):
-the model reads it from the input alone, and identical bags share a fold.
+Why fitted and not trained with the rest: on a few hundred messages the same linear model trained
+by Adam beside the recursion stops well short of that optimum and generalises worse (docs/email.md).
+
+Out of fold (model.input_linear_folds = K >= 2): the fitted model classifies its own training split
+almost perfectly, so the recursion, trained on those logits, sees few errors to learn from; K more
+fits, each without one fold, give each training message the logits of a fit that did not see it.
 """
 
 from __future__ import annotations
@@ -38,12 +31,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from trmkit.model.input_linear import Features, fold_of, values_of
+
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
-HASH_MULTIPLIER, HASH_PRIME = 2654435761, 2147483647  # a bag's fold: sum of its ids' hashes, mod K
-
-
-Features = "tuple[torch.Tensor, torch.Tensor] | torch.Tensor | None"  # idf, or (idf, use: 1 idf / 0 binary)
 
 
 def multi_hot(ids: np.ndarray, vocab_size: int, idf: Features = None) -> torch.Tensor:
@@ -53,19 +44,6 @@ def multi_hot(ids: np.ndarray, vocab_size: int, idf: Features = None) -> torch.T
     index = torch.from_numpy(np.stack([rows, ids[rows, cols].astype(np.int64)]))
     values = values_of(torch.from_numpy(ids.astype(np.int64)), idf)[torch.from_numpy(rows), torch.from_numpy(cols)]
     return torch.sparse_coo_tensor(index, values, (len(ids), vocab_size), check_invariants=True).coalesce()
-
-
-def values_of(ids: torch.Tensor, idf: Features) -> torch.Tensor:
-    """(B, P) float32: each bag position's feature: 0 for a pad (id 0), else 1 without idf, or the id's idf
-    divided by the L2 norm of its row's idfs; with (idf, use), the one or the other by `use` (a 0-dim
-    buffer: no branch on its value, so a compiled graph holds either choice)."""
-    present = (ids != 0).float()
-    if idf is None:
-        return present
-    idf, use = idf if isinstance(idf, tuple) else (idf, None)
-    v = idf.float()[ids] * present
-    v = v / v.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return v if use is None else torch.lerp(present, v, use.float())
 
 
 def document_idf(ids: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -78,64 +56,47 @@ def document_idf(ids: np.ndarray, vocab_size: int) -> torch.Tensor:
     return idf
 
 
-def read(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, positions: int,
-         idf: Features = None) -> torch.Tensor:
-    """(B, C) float32: for each row of inputs, the sum of its bag ids' rows of weight times their
-    features (its last `positions` ids, pads left out), plus bias."""
-    ids = inputs[:, -positions:].long()
-    return (torch.nn.functional.embedding(ids, weight) * values_of(ids, idf).unsqueeze(-1)).sum(1) + bias
-
-
-def fold_of(ids: torch.Tensor, folds: int) -> torch.Tensor:
-    """(B,) int64 in 0..folds-1: each row's fold, a hash of its bag's ids (order does not matter, pads add 0)."""
-    return ((ids.long() * HASH_MULTIPLIER) % HASH_PRIME).sum(1) % folds
-
-
-def read_out_of_fold(inputs: torch.Tensor, weights: torch.Tensor, biases: torch.Tensor, positions: int,
-                     idf: Features = None) -> torch.Tensor:
-    """As `read`, each row with the fit of its own fold's model (weights (K, vocab, C), biases (K, C)):
-    the one fitted without the messages of that fold."""
-    folds, vocab, classes = weights.shape
-    ids = inputs[:, -positions:].long()
-    fold = fold_of(ids, folds)
-    rows = torch.nn.functional.embedding(ids + (fold * vocab).unsqueeze(1), weights.reshape(folds * vocab, classes))
-    return (rows * values_of(ids, idf).unsqueeze(-1)).sum(1) + biases[fold]
+def before_training(model: torch.nn.Module, train, class_weights: torch.Tensor | None, log: Log = print) -> None:
+    """The e-mail task's hook (Task.before_training): with model.input_linear, fit it to the training split
+    (a data.store.Split). A resumed run fits it again and then reloads the same fit from its checkpoint."""
+    if model.cfg.input_linear:
+        fit(model, train.inputs, train.labels, class_weights, model.cfg.input_linear_c, log)
 
 
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
         c: float, log: Log = print) -> dict[str, float]:
-    """Fit model.bag_linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
-    at position 0), and with model.bag_linear_folds also one model per fold without that fold
-    (model.bag_linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
-    With model.bag_linear_weighting=auto or c=0 the features and C are first chosen (`choose`)."""
+    """Fit model.input_linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
+    at position 0), and with model.input_linear_folds also one model per fold without that fold
+    (model.input_linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
+    With model.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`)."""
     cfg = model.cfg
     start = time.perf_counter()
-    ids = np.asarray(inputs)[:, -cfg.bag_positions:]
+    ids = np.asarray(inputs)[:, -cfg.pooled_positions:]
     y = _labels(labels, cfg.num_classes)
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
-    idf = document_idf(ids, cfg.vocab_size) if cfg.bag_linear_weighting != "binary" else None
+    idf = document_idf(ids, cfg.vocab_size) if cfg.input_linear_weighting != "binary" else None
     weighting, c, _ = choose(cfg, ids, y, w, idf, c, log)
     if idf is not None:
         with torch.no_grad():
-            model.bag_linear_idf.copy_(idf.to(model.bag_linear_idf.device))
-            model.bag_linear_use_idf.fill_(float(weighting == "idf"))
+            model.input_linear_idf.copy_(idf.to(model.input_linear_idf.device))
+            model.input_linear_use_idf.fill_(float(weighting == "idf"))
         idf = idf if weighting == "idf" else None
     weight, bias, out = _fit_one(multi_hot(ids, cfg.vocab_size, idf), y, w, cfg.num_classes, c)
     with torch.no_grad():
-        model.bag_linear_weight.copy_(weight.to(model.bag_linear_weight.device))
-        model.bag_linear_bias.copy_(bias.to(model.bag_linear_bias.device))
+        model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
+        model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
     seconds = time.perf_counter() - start
-    log(f"model: bag_linear fitted (logistic regression on the bag's ids, {weighting} features, C={c:g}, "
+    log(f"model: input_linear fitted (logistic regression on the bag's ids, {weighting} features, C={c:g}, "
         f"{len(y)} training messages, {out['iterations']} L-BFGS iterations, {seconds:.1f} s): objective "
         f"{out['objective']:.4f}, training accuracy {out['train_accuracy']:.3f}; frozen, the recursion's head "
         "learns beside it")
-    if cfg.bag_linear_folds:
+    if cfg.input_linear_folds:
         out["out_of_fold_accuracy"] = _fit_folds(model, ids, y, w, c, log, idf)
     return {**out, "seconds": time.perf_counter() - start, "weighting": weighting, "c": c}
 
 
-C_GRID = (1.0, 3.0, 10.0, 30.0)  # model.bag_linear_c=0 chooses among these
+C_GRID = (1.0, 3.0, 10.0, 30.0)  # model.input_linear_c=0 chooses among these
 CHOICE_FOLDS = 5  # the auto choice's cross-validation folds over the training split
 
 
@@ -146,7 +107,7 @@ def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Te
     fold, one macro-F1 over all of them; ties: the first in the order binary before idf, smaller C before
     larger). Cross-validation, not the validation split: on the Turkish CSV's 71 validation messages the
     choice followed noise (docs/email.md, sixth measurement); the validation split stays for checkpoints."""
-    weightings = ("binary", "idf") if cfg.bag_linear_weighting == "auto" else (cfg.bag_linear_weighting,)
+    weightings = ("binary", "idf") if cfg.input_linear_weighting == "auto" else (cfg.input_linear_weighting,)
     cs = C_GRID if c == 0 else (c,)
     if len(weightings) * len(cs) == 1:
         return weightings[0], cs[0], {}
@@ -158,7 +119,7 @@ def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Te
             scores[weighting, value] = cross_validated_f1(x, y, w, cfg.num_classes, value, folds)
     best = max(scores, key=scores.get)  # the first of equal scores
     tried = ", ".join(f"{k[0]} C={k[1]:g} {v:.4f}" for k, v in scores.items())
-    log(f"model: bag_linear chose {best[0]} features, C={best[1]:g}: the best {CHOICE_FOLDS}-fold cross-validated "
+    log(f"model: input_linear chose {best[0]} features, C={best[1]:g}: the best {CHOICE_FOLDS}-fold cross-validated "
         f"macro-F1 on the training split of {len(scores)} candidates ({tried}; {time.perf_counter() - start:.1f} s)")
     return best[0], best[1], scores
 
@@ -192,7 +153,7 @@ def _rows(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
     """The mean over the classes present in labels or preds of F1 (2 TP / (2 TP + FP + FN)): as
-    tasks/classify.py's summary_metrics counts it, which the model layer may not import."""
+    tasks/classify/metrics.py's summary_metrics counts it, here on tensors inside the cross-validation loop."""
     scores = []
     for k in range(classes):
         tp = int(((preds == k) & (labels == k)).sum())
@@ -205,7 +166,7 @@ def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
 def _labels(labels: np.ndarray, classes: int) -> torch.Tensor:
     y = torch.from_numpy(np.asarray(labels)[:, 0].astype(np.int64))
     if len(y) and (int(y.max()) >= classes or int(y.min()) < 0):
-        raise ValueError(f"model.bag_linear: training labels outside 0..{classes - 1}")
+        raise ValueError(f"model.input_linear: training labels outside 0..{classes - 1}")
     return y
 
 
@@ -214,23 +175,23 @@ def _fit_folds(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, w: torc
     """Fit one model per fold on the other folds into the fold buffers; the accuracy of each message's
     out-of-fold model on it (what the training steps will add)."""
     cfg, start = model.cfg, time.perf_counter()
-    fold = fold_of(torch.from_numpy(ids.astype(np.int64)), cfg.bag_linear_folds).numpy()
+    fold = fold_of(torch.from_numpy(ids.astype(np.int64)), cfg.input_linear_folds).numpy()
     right = 0
-    for k in range(cfg.bag_linear_folds):
+    for k in range(cfg.input_linear_folds):
         held, kept = fold == k, fold != k
         if not kept.any() or len(np.unique(y.numpy()[kept])) < 2:
-            raise ValueError(f"model.bag_linear_folds={cfg.bag_linear_folds}: fold {k} leaves {int(kept.sum())} "
+            raise ValueError(f"model.input_linear_folds={cfg.input_linear_folds}: fold {k} leaves {int(kept.sum())} "
                              "training message(s) of fewer than 2 classes to fit on; use fewer folds")
         weight, bias, _ = _fit_one(multi_hot(ids[kept], cfg.vocab_size, idf), y[kept], w[kept], cfg.num_classes, c)
         with torch.no_grad():
-            model.bag_linear_fold_weight[k].copy_(weight.to(model.bag_linear_fold_weight.device))
-            model.bag_linear_fold_bias[k].copy_(bias.to(model.bag_linear_fold_bias.device))
+            model.input_linear_fold_weight[k].copy_(weight.to(model.input_linear_fold_weight.device))
+            model.input_linear_fold_bias[k].copy_(bias.to(model.input_linear_fold_bias.device))
             if held.any():
                 logits = torch.sparse.mm(multi_hot(ids[held], cfg.vocab_size, idf), weight) + bias
                 right += int((logits.argmax(1) == y[held]).sum())
     accuracy = right / len(y)
-    log(f"model: bag_linear_folds={cfg.bag_linear_folds} -> {cfg.bag_linear_folds} more fits, each without one fold "
-        f"of the training split ({time.perf_counter() - start:.1f} s); training steps add each message's "
+    log(f"model: input_linear_folds={cfg.input_linear_folds} -> {cfg.input_linear_folds} more fits, each without one "
+        f"fold of the training split ({time.perf_counter() - start:.1f} s); training steps add each message's "
         f"out-of-fold logits (accuracy {accuracy:.3f} on the messages it did not see), evaluation the whole fit's")
     return accuracy
 
