@@ -273,7 +273,8 @@ def classify_mail(model: str | Path, *inputs: str | Path, threshold: float | Map
     if threshold is not None:
         clf.thresholds = dict(threshold) if isinstance(threshold, Mapping) else {"*": float(threshold)}
     report = ImportReport(source=", ".join(map(str, inputs)), unit="messages")
-    results = list(predict_stream(clf, input_messages([str(i) for i in inputs], "auto", report), batch))
+    sources = [str(Path(i).expanduser()) for i in inputs]
+    results = list(predict_stream(clf, input_messages(sources, "auto", report), batch))
     for line in report.summary_lines():
         log(line)
     return results

@@ -111,11 +111,12 @@ class ModelConfig:
         if self.pooled_positions and (not self.num_classes or self.pooled_positions >= self.seq_len > 0):
             raise ConfigError(f"model.pooled_positions={self.pooled_positions}: pooled positions need a classifier "
                               "(model.num_classes) and fewer positions than model.seq_len")
-        for name in ("pooled_head", "input_linear"):
-            if getattr(self, name) and self.seq_len and not self.pooled_positions:  # both from meta.json
-                raise ConfigError(f"model.{name} reads the pooled positions, and this store has none "
-                                  "(model.pooled_positions comes from its meta.json): build a store with them "
-                                  "(docs/tasks.md names the task options that add them)")
+        # (model.input_linear without pooled positions is refused by the task that fits it, which can name
+        # the command that rebuilds its store)
+        if self.pooled_head and self.seq_len and not self.pooled_positions:  # both from meta.json
+            raise ConfigError("model.pooled_head reads the pooled positions, and this store has none "
+                              "(model.pooled_positions comes from its meta.json): build a store with them "
+                              "(docs/tasks.md names the task options that add them)")
         if self.input_linear_folds and (self.input_linear_folds < 2 or not self.input_linear):
             raise ConfigError(f"model.input_linear_folds={self.input_linear_folds}: give 0 (off) or K >= 2 folds, "
                               "with model.input_linear=true")

@@ -3,6 +3,7 @@ pooled by the model (model.pooled_positions) and not mixed as positions."""
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -164,7 +165,12 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3)
     with pytest.raises(ConfigError, match="model.pooled_positions comes from"):
-        ModelConfig(**base, input_linear=True)
+        ModelConfig(**base, pooled_head=True)
+    no_bag = TRM(ModelConfig(**base, input_linear=True))  # the e-mail task refuses it, naming the rebuild
+    store = SimpleNamespace(meta=SimpleNamespace(source="mail/", build={"label_map": "configs/email-sa3.yaml"}))
+    with pytest.raises(ConfigError, match="trmkit data email --source mail/ --label-map configs/email-sa3.yaml "
+                                          "--seq-len 32 --bag 1024 --out NEW_DIR"):
+        linear_fit.before_training(no_bag, store, None, print)
     with pytest.raises(ConfigError, match="input_linear_c"):
         ModelConfig(**base, pooled_positions=4, input_linear=True, input_linear_c=-1)
     rng = np.random.default_rng(0)

@@ -51,7 +51,7 @@ def trained(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
     assert cli.main(["data", "email", "--source", str(source), "--label-map", str(ROOT / "configs/email-sa3.yaml"),
-                     "--seq-len", "64", "--vocab-size", "2000", "--out", str(tmp / "store")]) == 0
+                     "--seq-len", "64", "--bag", "0", "--vocab-size", "2000", "--out", str(tmp / "store")]) == 0
     (tmp / "tiny.yaml").write_text(TINY)
     assert cli.main(["train", str(tmp / "tiny.yaml"), f"run.dir={tmp / 'run'}", f"data.path={tmp / 'store'}"]) == 0
     yield tmp, source
@@ -388,3 +388,25 @@ def test_the_classify_mailbox_example_runs_on_a_run(trained, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = eval(proc.stdout.splitlines()[0])  # {'spam': 5} or so: five messages, every one labelled
     assert sum(counts.values()) == 5 and set(counts) <= {"easy-ham", "hard-ham", "spam"}
+
+
+def test_a_bundle_written_before_the_renames_predicts_as_it_did(trained, tmp_path, capsys):
+    """A bundle whose config.json names the bag's model keys as bundles did before (bag_*) loads under
+    the current names and predicts the same probabilities."""
+    from trmkit.config import RENAMED
+
+    tmp, source = trained
+    bundle = tmp_path / "bundle"
+    assert cli.main(["email", "export", str(tmp / "run"), "--out", str(bundle)]) == 0
+    eml = str(sorted((source / "spam-1").iterdir())[0])
+    capsys.readouterr()
+    assert cli.main(["email", "predict", str(bundle), eml]) == 0
+    now = json.loads(capsys.readouterr().out)
+    config = json.loads((bundle / "config.json").read_text())
+    former = {new: old for old, new in RENAMED.items()}
+    config["model"] = {next((former[n] + k[len(n):] for n in former if k.startswith(n)), k): v
+                       for k, v in config["model"].items()}
+    assert "bag_positions" in config["model"] and "pooled_positions" not in config["model"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    assert cli.main(["email", "predict", str(bundle), eml]) == 0
+    assert json.loads(capsys.readouterr().out)["probabilities"] == now["probabilities"]

@@ -539,7 +539,7 @@ def test_a_build_folds_rare_classes_into_other_and_warns_about_fold_folders(tmp_
         for i in range(n):  # distinct texts, so de-duplication keeps them all
             body = " ".join(words[(i + j) % len(words)] + str(i * 7 + j) for j in range(30))
             (tmp_path / "src" / fold / f"m{i}").write_bytes(mail(f"{fold} {i}", body=f"{fold} {body}"))
-    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16"]
+    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16", "--bag", "0"]
     assert cli.main([*args, "--out", str(tmp_path / "a")]) == 2  # part3's 2 messages cannot fill 3 splits
     assert "--min-class-count" in capsys.readouterr().err
     assert cli.main([*args, "--min-class-count", "5", "--out", str(tmp_path / "b")]) == 0
@@ -565,7 +565,7 @@ def test_a_time_split_names_the_message_without_a_date(tmp_path: Path, capsys) -
     undated = mail("no date here", body="the only message without a date header " * 3).replace(
         b"Date: Thu, 22 Aug 2002 13:17:22 +0000\n", b"")
     (tmp_path / "src" / "spam" / "undated").write_bytes(undated)
-    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16",
+    args = ["data", "email", "--source", str(tmp_path / "src"), "--vocab-size", "300", "--seq-len", "16", "--bag", "0",
             "--split", "time", "--out", str(tmp_path / "out")]
     assert cli.main(args) == 2
     err = capsys.readouterr().err

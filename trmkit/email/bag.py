@@ -1,4 +1,4 @@
-"""A message's bag of n-grams: the whole message, in a few fixed positions (issue 27).
+"""A message's bag of n-grams: the whole message, in a few fixed positions.
 
 The token sequence sees the first seq_len tokens of a message (subject, sender, body head and
 tail); the classic baseline, TF-IDF + logistic regression, sees every word of it, and won on
@@ -9,7 +9,7 @@ tokens, sorted by id, pads after. The model pools them (model.pooled_positions: 
 embedding is added to every token position's input) and the recursion reads both.
 
 Two ways to map an n-gram to an id (`buckets` ids in all; vocab_offset: the tokenizer's size):
-- words (the default since the fifth measurement in docs/email.md): the training split's n-grams
+- words (the default since the word-bag measurement in docs/email.md): the training split's n-grams
   that occur in at least MIN_DF messages, the `buckets` most frequent by document frequency (ties
   by the n-gram's text), numbered in that order; any other n-gram is left out of the bag.
       id = vocab_offset + rank(n-gram)
@@ -17,7 +17,7 @@ Two ways to map an n-gram to an id (`buckets` ids in all; vocab_offset: the toke
   regression on SpamAssassin's bags fell from 0.93 to 0.91 macro-F1 (measured, docs/email.md).
       id = vocab_offset + (blake2b-64(n-gram) mod buckets)
 
-Words (`WORD_RULES`): since the sixth measurement in docs/email.md a word is a run of 2 or more
+Words (`WORD_RULES`): since the cross-validated-choice measurement in docs/email.md a word is a run of 2 or more
 letters or digits ("split": scikit-learn's default token pattern without the underscore), so
 "ankara'da" gives "ankara" and "da", and one-letter words are left out. Stores and bundles built
 before hold "joined" words ("don't" and "v1.2" whole, one letter kept) and keep reading them so:

@@ -12,7 +12,7 @@ training split, to the optimum of
 objective as scikit-learn's LogisticRegression on a multi-hot matrix), by full-batch L-BFGS, and then
 frozen (buffers, not parameters). idf features (model.input_linear_weighting=idf): idf_j =
 log((1 + N) / (1 + df_j)) + 1 counted over the N training bags, as the baseline reads its words. On
-the word bag (docs/email.md, fifth measurement) the idf features fitted with C=10 reach the
+the word bag (docs/email.md, the word-bag measurement) the idf features fitted with C=10 reach the
 class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay 0.02 under it.
 
 Why fitted and not trained with the rest: on a few hundred messages the same linear model trained
@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from trmkit.config import ConfigError
 from trmkit.model.input_linear import Features, fold_of, values_of
 
 Log = Callable[[str], None]
@@ -60,7 +61,21 @@ def before_training(model: torch.nn.Module, train, class_weights: torch.Tensor |
     """The e-mail task's hook (Task.before_training): with model.input_linear, fit it to the training split
     (a data.store.Split). A resumed run fits it again and then reloads the same fit from its checkpoint."""
     if model.cfg.input_linear:
+        if not model.cfg.pooled_positions:
+            raise ConfigError(f"model.input_linear fits a linear model of the message's n-gram bag, and this store "
+                              f"has none: rebuild it with one, e.g. {rebuild_command(train.meta)}, or train with "
+                              "model.input_linear=false")
         fit(model, train.inputs, train.labels, class_weights, model.cfg.input_linear_c, log)
+
+
+def rebuild_command(meta) -> str:
+    """The `trmkit data email` command that builds the store of `meta` again, with the default bag."""
+    b = meta.build
+    parts = ["trmkit data email", f"--source {meta.source}"]
+    for key, flag in (("label_from", "--label-from"), ("label_map", "--label-map"), ("split", "--split")):
+        if b.get(key) not in (None, "", "folder", "stratified"):
+            parts.append(f"{flag} {b[key]}")
+    return "`" + " ".join(parts + ["--seq-len 32 --bag 1024 --out NEW_DIR`"])
 
 
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
@@ -106,7 +121,8 @@ def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Te
     CHOICE_FOLDS-fold cross-validation on the training split (each message predicted by the fit without its
     fold, one macro-F1 over all of them; ties: the first in the order binary before idf, smaller C before
     larger). Cross-validation, not the validation split: on the Turkish CSV's 71 validation messages the
-    choice followed noise (docs/email.md, sixth measurement); the validation split stays for checkpoints."""
+    choice followed noise (docs/email.md, the cross-validated-choice measurement); the validation split
+    stays for checkpoints."""
     weightings = ("binary", "idf") if cfg.input_linear_weighting == "auto" else (cfg.input_linear_weighting,)
     cs = C_GRID if c == 0 else (c,)
     if len(weightings) * len(cs) == 1:

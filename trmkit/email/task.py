@@ -64,10 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-column", default=None, help="CSV/JSONL: the message text column")
     p.add_argument("--label-column", default=None, help="CSV/JSONL: the label column")
     p.add_argument("--encoding", default=None, help="CSV/JSONL: the file's encoding (default UTF-8, BOM or not)")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per message (subject, sender, body)")
+    p.add_argument("--seq-len", type=int, default=32,
+                   help="tokens per message (subject, sender, the body's start); 32 with --bag 1024 is what "
+                        "configs/email-fast.yaml reads; configs/email-laptop.yaml reads 128 tokens and no bag")
     p.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary, trained on train only")
     p.add_argument("--tail", type=int, default=0, help="tokens of the body's end kept after <tail> when cut")
-    p.add_argument("--bag", type=int, default=0,
+    p.add_argument("--bag", type=int, default=1024,
                    help="positions for the message's bag of word n-grams after the tokens (the whole "
                         "message, by tf-idf; 0 = none; email/bag.py)")
     p.add_argument("--bag-buckets", type=int, default=32768,
