@@ -346,12 +346,14 @@ def run_baseline(args: argparse.Namespace) -> int:
 
     data = Path(args.data)
     out = guard_output(args.out, [data, *(model_reads(args.run) if args.run else [])]) if args.out else None
-    classes = json.loads((data / "train" / META_FILE).read_text()).get("classes", [])
-    train_x, train_y = store_texts(data, "train")
+    meta = json.loads((data / "train" / META_FILE).read_text())
+    classes = meta.get("classes", [])
+    train_x, train_y = store_texts(data, "train")  # a --keep-labels store's train/ holds the labelled only
     test_x, test_y = store_texts(data, "test")
     result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes),
               "baseline_balanced": baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
     result["stronger"] = max(BASELINES, key=lambda k: result[k]["macro_f1"])
+    result["keep_labels"] = meta.get("build", {}).get("keep_labels")
     if args.run:
         trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
         result["trm"] = trm.get("summary", trm)
@@ -407,6 +409,11 @@ def side_by_side(result: dict, classes: list[str]) -> str:
             lines.append(f"{names[c]}: macro-F1 95% interval {ci[0]:.4f}-{ci[1]:.4f} (bootstrap over test messages)")
     lines.append(f"LR: TF-IDF + logistic regression; LR bal.: the same with class_weight=balanced; the stronger "
                  f"here: {names[result['stronger']]}")
+    few = result.get("keep_labels")
+    if few:
+        lines.append(f"both fitted on the {sum(few['labelled'].values())} labelled training messages only "
+                     f"(--keep-labels {few['per_class']} per class); the {few['unlabelled']} unlabelled ones are "
+                     "not read")
     for key in BASELINES:
         d = result.get(key.replace("baseline", "trm_minus_baseline"))
         if d:
