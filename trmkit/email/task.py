@@ -100,8 +100,12 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
     for line in report.summary_lines():
         log(line)
     if not messages:
+        from trmkit.email.mail.records import NO_LABEL_COLUMN
+
+        columns = [n.split(": ", 1)[1] for n in report.notes if NO_LABEL_COLUMN in n]
         raise ValueError(f"{args.source}: no labelled message was read ({report.skipped} skipped); "
-                         "check --format and --label-from (the skipped reasons are above)")
+                         + (columns[0] if columns else
+                            "check --format and --label-from (the skipped reasons are above)"))
     refuse_one_class(messages, report, args)
     kept, dedup = remove_duplicates(messages, args.near_duplicates, args.seed)
     warn_if_folds(args, kept, log)
