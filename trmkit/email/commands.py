@@ -237,7 +237,7 @@ def run_weak_label(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
     from trmkit.email.labels import load_label_map
     from trmkit.email.mail.mailbox import iter_messages
-    from trmkit.email.weak import format_report, weak_label
+    from trmkit.email.weak import all_counts, format_report, weak_label
 
     if args.sample < 0:
         raise ConfigError(f"--sample {args.sample}: give 0 or more messages per category")
@@ -251,8 +251,9 @@ def run_weak_label(args: argparse.Namespace) -> int:
     for line in read.summary_lines():
         _stderr(line)
     if args.json:
-        print(json.dumps({"messages": report.seen, "counts": {str(k): v for k, v in report.counts.items()},
-                          "against": args.against, "scores": report.scores() if args.against else None}))
+        print(json.dumps({"messages": report.seen, "counts": {str(k): v for k, v in all_counts(report).items()},
+                          "cannot_fire": report.cannot_fire, "against": args.against,
+                          "scores": report.scores() if args.against else None}))
     else:
         print("\n".join(format_report(report, args.against)))
     return 0
