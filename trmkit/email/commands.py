@@ -147,15 +147,15 @@ def prediction_stream(clf, args: argparse.Namespace, report, cores: int):
     from trmkit.email.mail.mailbox import iter_raw
     from trmkit.email.workers import encoded_batches
 
-    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
-    _stderr(f"predict: workers={workers} ({why})")
-    if workers == 0:
-        return predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
     import torch
 
+    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
+    _stderr(f"predict: workers={workers} ({why})")
     threads, why = model_threads(cores, workers, clf.seq_len)
     torch.set_num_threads(threads)
     _stderr(f"predict: model threads={threads} ({why})")
+    if workers == 0:
+        return predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
     raw = (item for source in args.inputs for item in iter_raw(source, args.format, report))
     return predict_batches(clf, encoded_batches(raw, args.batch, workers, clf.worker_setup(), report))
 
@@ -197,7 +197,12 @@ def _rows_source(inputs: list[str], fmt: str) -> str:
 
 
 def model_threads(cores: int, workers: int, tokens: int) -> tuple[int, str]:
-    """torch threads beside `workers` parsing processes, and why."""
+    """torch threads beside `workers` parsing processes (0: a parsing thread), and why."""
+    if workers == 0:
+        if cores < 2:
+            return 1, "1 core, shared with the parsing thread"
+        return cores - 1, ("one core left to the parsing thread: torch's threads on every core starve it (2 busy "
+                           "cores, 32 tokens, a 1,000-row CSV: 167-195 messages/s against 49-102)")
     if tokens > LIGHT_TOKENS:
         return cores, f"{tokens} tokens per message: the model is the bottleneck and keeps every core"
     return max(1, cores - workers), ("the cores the workers leave, at least one (on 2 AVX2 cores, 32 tokens: "
