@@ -104,14 +104,25 @@ def cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {spread:.3f}"
 
 
+def paired(draws: list[dict], key: str) -> str:
+    """The mean TRM - baseline difference, and in how many draws its paired 95% interval lies above 0."""
+    diffs = [d[key] for d in draws if key in d]
+    if not diffs:
+        return ""
+    return f"{cell([x[0] for x in diffs])} ({sum(x[1] > 0 for x in diffs)}/{len(diffs)} above 0)"
+
+
 def table(results: dict[str, dict[str, list[dict]]]) -> list[str]:
     keys = [k for k in MODELS if any(k in r for c in results.values() for rs in c.values() for r in rs)]
-    lines = ["| corpus | labels per class | draws | " + " | ".join(MODELS[k] for k in keys) + " |",
-             "|" + " --- |" * (3 + len(keys))]
+    diffs = ["trm_minus_baseline_balanced"] if "trm" in keys else []
+    lines = ["| corpus | labels per class | draws | " + " | ".join(MODELS[k] for k in keys)
+             + "".join(" | TRM - LR balanced (paired)" for _ in diffs) + " |",
+             "|" + " --- |" * (3 + len(keys) + len(diffs))]
     for corpus, rows in results.items():
         for k, draws in rows.items():
             lines.append(f"| {corpus} | {k} | {len(draws)} | "
-                         + " | ".join(cell([d[key] for d in draws if key in d]) for key in keys) + " |")
+                         + " | ".join([cell([d[key] for d in draws if key in d]) for key in keys]
+                                      + [paired(draws, key) for key in diffs]) + " |")
     return lines
 
 
