@@ -21,6 +21,8 @@ def test_workers_parse_folders_and_large_mboxes_on_several_cores(tmp_path):
 def test_model_threads_leave_the_workers_their_cores_unless_the_model_is_the_bottleneck():
     assert model_threads(2, 2, 32)[0] == 1 and model_threads(8, 4, 32)[0] == 4
     assert model_threads(2, 1, 128)[0] == 2
+    # no workers: the parsing thread in this process keeps a core
+    assert model_threads(2, 0, 32)[0] == 1 and model_threads(8, 0, 128)[0] == 7 and model_threads(1, 0, 32)[0] == 1
 
 
 def test_no_workers_where_they_cannot_pay(tmp_path):

@@ -203,8 +203,19 @@ def test_csv_columns_by_name_and_errors(tmp_path: Path) -> None:
         iter_messages(path, text_column="nope")
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
-    with pytest.raises(ValueError, match=r"no text column .*\['a', 'b'\].*--text-column NAME"):
+    with pytest.raises(ValueError, match=r"no text column .*\['a', 'b'\].*--text-column NAME and --label-column"):
         iter_messages(bad)
+
+
+def test_a_csv_without_a_label_column_names_its_columns_and_the_option(tmp_path: Path, capsys) -> None:
+    from trmkit import cli
+
+    path = tmp_path / "c.csv"
+    path.write_text("Body,Verdict\n" + "".join(f"message {i} about things,spam\n" for i in range(5)))
+    assert cli.main(["data", "email", "--source", str(path), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert ("no label column (looked for label, classification, category, class, any case); the columns are "
+            "['Body', 'Verdict']. Fix: pass --label-column NAME") in err, err
 
 
 def test_non_utf8_csv_raises_with_the_offset_or_reads_with_encoding(tmp_path: Path) -> None:

@@ -45,8 +45,27 @@ def test_weak_label_command_hides_the_raw_label(tmp_path: Path, capsys):
     assert cli.main(["email", "weak-label", str(tmp_path / "box"), "--label-map", str(TAXONOMY),
                      "--against", "folder", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["counts"] == {"Spam": 1, "Personal": 1}  # the folder "spam" was not read as a label
+    assert {k: n for k, n in out["counts"].items() if n} == {"Spam": 1, "Personal": 1}  # not the folder "spam"
+    assert set(out["counts"]) == set(load_label_map(TAXONOMY).categories)  # every category, 0 included
     assert out["scores"]["Spam"]["recall"] == 1.0 and out["scores"]["Spam"]["precision"] == 1.0
     assert cli.main(["email", "weak-label", str(tmp_path / "box"), "--label-map", str(TAXONOMY)]) == 0
     shown = capsys.readouterr().out
     assert "[Personal]" in shown and "rule" in shown and "against the real labels" not in shown
+
+
+def test_weak_label_on_a_csv_names_the_rules_its_columns_cannot_fire(tmp_path: Path, capsys):
+    csv = tmp_path / "mail.csv"
+    csv.write_text("text,label\nDear friend, click here to claim your FREE prize!!,spam\nlunch at noon?,ham\n")
+    label_map = tmp_path / "map.yaml"
+    label_map.write_text("categories: [Newsletter, Spam, Other]\nrules:\n"
+                         "  - {header: List-Id, matches: '.', category: Newsletter}\n"
+                         "  - {field: label, matches: spam, category: Spam}\n"
+                         "  - {field: subject, matches: '.', category: Other}\ndefault: Other\n")
+    assert cli.main(["email", "weak-label", str(csv), "--label-map", str(label_map), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["counts"] == {"Other": 2, "Newsletter": 0, "Spam": 0}
+    assert out["cannot_fire"] == ["rule 1 (header List-Id ~ /./, -> Newsletter): no message read has the header "
+                                  "List-Id", "rule 2 (label ~ /spam/, -> Spam): the raw label is hidden"]
+    assert cli.main(["email", "weak-label", str(csv), "--label-map", str(label_map)]) == 0
+    shown = capsys.readouterr().out
+    assert "Newsletter        0    0.0%" in shown and "rules that cannot fire on this mail (2):" in shown

@@ -64,3 +64,26 @@ def test_bootstrap_se_is_the_spread_of_the_score_and_shrinks_with_more_examples(
     assert large["accuracy"] == pytest.approx(np.sqrt(acc * (1 - acc) / 400), rel=0.15)  # binomial
     assert small["macro_f1"] > 1.5 * large["macro_f1"] > 0
     assert bootstrap_se(t, t, 3) == {"accuracy": 0.0, "macro_f1": 0.0}  # all right: nothing to move
+
+
+def test_without_a_validation_split_nothing_is_chosen_on_the_test_split(monkeypatch):
+    """Early stopping and restore_best read a validation split only: on a store without one (e.g.
+    built with --keep-labels) they are off, and the run says so."""
+    s = _session("none")
+    s.cfg.train.early_stop_evals, s.cfg.train.restore_best = 1, True
+    s.best.update(value=0.9, step=100, evals_since=5)  # long past its patience
+    s.objective = None
+    out = SimpleNamespace(progress=SimpleNamespace(close=lambda: None), loggers=None)
+    monkeypatch.setattr(loop, "_periodic_eval", lambda *a, **k: {"macro_f1": 0.5})
+    monkeypatch.setattr(loop, "_timed_save", lambda *a, **k: pytest.fail("saved a best chosen on test"))
+    s.state.step = 700
+    for val, stops in ((object(), True), (None, False)):
+        s.data.val = val
+        if val is None:
+            monkeypatch.setattr(loop, "_timed_save", lambda *a, **k: pytest.fail("saved a best chosen on test"))
+        else:
+            monkeypatch.setattr(loop, "_timed_save", lambda *a, **k: None)
+        assert loop._evaluate_in_loop(s, None, out, print)[1] is stops
+    said = []
+    loop._say_what_needs_val(s, said.append)
+    assert said and "train.early_stop_evals=1 and train.restore_best=true off: the store has no validation" in said[0]

@@ -147,15 +147,15 @@ def prediction_stream(clf, args: argparse.Namespace, report, cores: int):
     from trmkit.email.mail.mailbox import iter_raw
     from trmkit.email.workers import encoded_batches
 
-    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
-    _stderr(f"predict: workers={workers} ({why})")
-    if workers == 0:
-        return predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
     import torch
 
+    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
+    _stderr(f"predict: workers={workers} ({why})")
     threads, why = model_threads(cores, workers, clf.seq_len)
     torch.set_num_threads(threads)
     _stderr(f"predict: model threads={threads} ({why})")
+    if workers == 0:
+        return predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
     raw = (item for source in args.inputs for item in iter_raw(source, args.format, report))
     return predict_batches(clf, encoded_batches(raw, args.batch, workers, clf.worker_setup(), report))
 
@@ -197,7 +197,12 @@ def _rows_source(inputs: list[str], fmt: str) -> str:
 
 
 def model_threads(cores: int, workers: int, tokens: int) -> tuple[int, str]:
-    """torch threads beside `workers` parsing processes, and why."""
+    """torch threads beside `workers` parsing processes (0: a parsing thread), and why."""
+    if workers == 0:
+        if cores < 2:
+            return 1, "1 core, shared with the parsing thread"
+        return cores - 1, ("one core left to the parsing thread: torch's threads on every core starve it (2 busy "
+                           "cores, 32 tokens, a 1,000-row CSV: 167-195 messages/s against 49-102)")
     if tokens > LIGHT_TOKENS:
         return cores, f"{tokens} tokens per message: the model is the bottleneck and keeps every core"
     return max(1, cores - workers), ("the cores the workers leave, at least one (on 2 AVX2 cores, 32 tokens: "
@@ -237,7 +242,7 @@ def run_weak_label(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
     from trmkit.email.labels import load_label_map
     from trmkit.email.mail.mailbox import iter_messages
-    from trmkit.email.weak import format_report, weak_label
+    from trmkit.email.weak import all_counts, format_report, weak_label
 
     if args.sample < 0:
         raise ConfigError(f"--sample {args.sample}: give 0 or more messages per category")
@@ -251,8 +256,9 @@ def run_weak_label(args: argparse.Namespace) -> int:
     for line in read.summary_lines():
         _stderr(line)
     if args.json:
-        print(json.dumps({"messages": report.seen, "counts": {str(k): v for k, v in report.counts.items()},
-                          "against": args.against, "scores": report.scores() if args.against else None}))
+        print(json.dumps({"messages": report.seen, "counts": {str(k): v for k, v in all_counts(report).items()},
+                          "cannot_fire": report.cannot_fire, "against": args.against,
+                          "scores": report.scores() if args.against else None}))
     else:
         print("\n".join(format_report(report, args.against)))
     return 0
@@ -346,12 +352,14 @@ def run_baseline(args: argparse.Namespace) -> int:
 
     data = Path(args.data)
     out = guard_output(args.out, [data, *(model_reads(args.run) if args.run else [])]) if args.out else None
-    classes = json.loads((data / "train" / META_FILE).read_text()).get("classes", [])
-    train_x, train_y = store_texts(data, "train")
+    meta = json.loads((data / "train" / META_FILE).read_text())
+    classes = meta.get("classes", [])
+    train_x, train_y = store_texts(data, "train")  # a --keep-labels store's train/ holds the labelled only
     test_x, test_y = store_texts(data, "test")
     result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes),
               "baseline_balanced": baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
     result["stronger"] = max(BASELINES, key=lambda k: result[k]["macro_f1"])
+    result["keep_labels"] = meta.get("build", {}).get("keep_labels")
     if args.run:
         trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
         result["trm"] = trm.get("summary", trm)
@@ -407,6 +415,11 @@ def side_by_side(result: dict, classes: list[str]) -> str:
             lines.append(f"{names[c]}: macro-F1 95% interval {ci[0]:.4f}-{ci[1]:.4f} (bootstrap over test messages)")
     lines.append(f"LR: TF-IDF + logistic regression; LR bal.: the same with class_weight=balanced; the stronger "
                  f"here: {names[result['stronger']]}")
+    few = result.get("keep_labels")
+    if few:
+        lines.append(f"both fitted on the {sum(few['labelled'].values())} labelled training messages only "
+                     f"(--keep-labels {few['per_class']} per class); the {few['unlabelled']} unlabelled ones are "
+                     "not read")
     for key in BASELINES:
         d = result.get(key.replace("baseline", "trm_minus_baseline"))
         if d:

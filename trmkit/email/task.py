@@ -35,6 +35,7 @@ from trmkit.data.imports import ImportReport
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.encode import clip_body, encode_messages, message_fields
+from trmkit.email.fewlabels import UNLABELLED, few_labels_report, keep_labels
 from trmkit.email.mail import Message
 from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
@@ -78,6 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hash every n-gram into --bag-buckets ids (as stores built before 2026-11-28) instead "
                         "of numbering the most frequent ones")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share for validation (best, calibration)")
+    p.add_argument("--keep-labels", type=int, default=0, metavar="K",
+                   help="keep the labels of K training messages per class (drawn with --seed, after the split, "
+                        "so the test split does not depend on K); the rest of train and the validation split "
+                        "go to an 'unlabelled/' split without labels (default 0: every label; email/fewlabels.py)")
     p.add_argument("--split", default="stratified", choices=("stratified", "time", "thread", "sender"),
                    help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
                         "whole threads (subject without Re:/Fwd:) or whole senders to one split each")
@@ -97,31 +102,47 @@ def run_build(args: argparse.Namespace, log: Log = print) -> Path:
     for line in report.summary_lines():
         log(line)
     if not messages:
+        from trmkit.email.mail.records import NO_LABEL_COLUMN
+
+        columns = [n.split(": ", 1)[1] for n in report.notes if NO_LABEL_COLUMN in n]
         raise ValueError(f"{args.source}: no labelled message was read ({report.skipped} skipped); "
-                         "check --format and --label-from (the skipped reasons are above)")
+                         + (columns[0] if columns else
+                            "check --format and --label-from (the skipped reasons are above)"))
     refuse_one_class(messages, report, args)
     kept, dedup = remove_duplicates(messages, args.near_duplicates, args.seed)
     warn_if_folds(args, kept, log)
     folded = fold_rare_classes(kept, args.min_class_count, args.other_class, log)
     classes = sorted({m.label for m in kept})
     rows = split_messages(kept, args, log)
-    tok = train_tokenizer(args, [kept[i] for i in rows["train"]], log)
-    bag = fit_bag(args, [kept[i] for i in rows["train"]], tok, log)
+    few = keep_few_labels(kept, rows, args.keep_labels, args.seed) if args.keep_labels else None
+    texts = [kept[i] for name in ("train", UNLABELLED) for i in rows.get(name, ())]  # no label is read
+    tok = train_tokenizer(args, texts, log)
+    bag = fit_bag(args, texts, tok, log)
     splits, extras = encode_splits(kept, rows, classes, tok, args, bag)
-    data_report = dataset_report(kept, messages, rows, dedup, splits, args)
+    data_report = dataset_report(kept, messages, rows, dedup, splits, args, few)
     for line in data_report["lines"]:
         log(line)
     meta = store_meta(args, tok, classes, report, data_report, bag)
     meta["build"]["folded_classes"] = folded
+    meta["build"]["keep_labels"] = few
     extras["train"][TOKENIZER_FILE] = json.loads(tok.to_json())
     if bag is not None:
         extras["train"][BAG_FILE] = bag.to_dict()
     extras["train"][DATASET_REPORT_FILE] = data_report
     write_store(args.out, splits, meta, extras=extras)
-    log(f"wrote {args.out}: " + ", ".join(f"{k} {len(rows[k])}" for k in SPLITS)
+    log(f"wrote {args.out}: " + ", ".join(f"{k} {len(rows[k])}" for k in rows)
         + f" messages, {len(classes)} classes ({', '.join(classes)}), seq_len {args.seq_len}, "
           f"vocabulary {tok.vocab_size}")
     return Path(args.out)
+
+
+def keep_few_labels(kept: list[Message], rows: dict[str, np.ndarray], k: int, seed: int) -> dict:
+    """--keep-labels K: rows becomes train (K per class), test, unlabelled (email/fewlabels.py), in place;
+    returns what the store records of it."""
+    labels = [m.label for m in kept]
+    folded_val = len(rows["val"])
+    rows.update(keep_labels(labels, rows, k, seed))
+    return few_labels_report(labels, rows, k, folded_val)
 
 
 def refuse_one_class(messages: list[Message], report: ImportReport, args: argparse.Namespace) -> None:
@@ -273,17 +294,22 @@ def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: lis
     index = {c: i for i, c in enumerate(classes)}
     ignore = len(classes)
     splits, extras = {}, {}
-    for name in SPLITS:
-        msgs = [kept[i] for i in rows[name]]
+    for name, idx in rows.items():
+        msgs = [kept[i] for i in idx]
         if not msgs:
             continue
+        hidden = name == UNLABELLED  # no label, and no path (a folder spells the folder label)
         inputs = encode_messages(tok, bag, msgs, args.seq_len, args.tail)
         labels = np.full(inputs.shape, ignore, dtype=np.int64)
-        labels[:, 0] = [index[m.label] for m in msgs]
+        if not hidden:
+            labels[:, 0] = [index[m.label] for m in msgs]
         n = len(msgs)
         splits[name] = SplitArrays(inputs=inputs, labels=labels, puzzle_identifiers=np.zeros(n, dtype=np.int64),
                                    puzzle_indices=np.arange(n + 1), group_indices=np.arange(n + 1))
-        extras[name] = {MESSAGES_FILE: [message_record(m) for m in msgs]}
+        records = [message_record(m) for m in msgs]
+        if hidden:
+            records = [{**r, "label": None, "where": None} for r in records]
+        extras[name] = {MESSAGES_FILE: records}
     return splits, extras
 
 
@@ -293,17 +319,23 @@ def message_record(m: Message) -> dict:
             "subject": m.subject, "sender": m.sender, "body": m.body}
 
 
-def dataset_report(kept, messages, rows, dedup, splits, args) -> dict:
+def dataset_report(kept, messages, rows, dedup, splits, args, few: dict | None = None) -> dict:
+    from trmkit.email.fewlabels import hide_unlabelled_classes, report_line
     from trmkit.email.prepare import dataset_report as build_report
     from trmkit.email.prepare import detect_language, message_text, report_lines
 
     languages = [detect_language(message_text(m)) for m in kept]
-    data = build_report(messages=kept, labels=[m.label for m in kept], rows=rows, dedup=dedup,
+    labels = [m.label for m in kept]
+    data = build_report(messages=kept, labels=labels, rows={k: rows[k] for k in SPLITS}, dedup=dedup,
                         languages=languages, total_read=len(messages), split_by=args.split, seed=args.seed,
                         token_lengths={k: (np.asarray(v.inputs)[:, :args.seq_len] != 0).sum(1)
                                        for k, v in splits.items()})
+    if few is not None:
+        hide_unlabelled_classes(data, labels, rows)
+        data["keep_labels"] = few
     data["leakage"] = leakage(kept, rows)
-    data["lines"] = report_lines(data) + leakage_lines(data["leakage"], args.split)
+    data["lines"] = (report_lines(data) + leakage_lines(data["leakage"], args.split)
+                     + ([report_line(few)] if few is not None else []))
     return data
 
 

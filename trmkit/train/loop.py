@@ -88,6 +88,7 @@ def _agree(world: World, device: torch.device, flags: list[bool]) -> list[bool]:
 def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
     """Steps until max_steps, a stop signal, the time budget or an early stop; the last periodic evaluation."""
     cfg, evals = s.cfg, {}
+    _say_what_needs_val(s, log)
     fit = _time_fit(s, clock, log)
     while s.state.step < cfg.train.max_steps:
         _one_step(s, clock, out, log)
@@ -107,6 +108,17 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
         if stop_early or late:
             break
     return evals
+
+
+def _say_what_needs_val(s: Session, log: Log) -> None:
+    """Early stopping and restore_best choose by a validation split; without one they are off, said why
+    (they would choose on the test split, e.g. a store built with --keep-labels, whose labels are scarce)."""
+    t = s.cfg.train
+    needs = [f"train.early_stop_evals={t.early_stop_evals}"] * bool(t.early_stop_evals)
+    needs += ["train.restore_best=true"] * t.restore_best
+    if needs and s.data.val is None and s.objective is None:
+        log(f"train: {' and '.join(needs)} off: the store has no validation split, and choosing on the test "
+            "split would report a number picked on it; the run trains to its end and keeps its last weights")
 
 
 def _time_fit(s: Session, clock: Clock, log: Log) -> TimeFit | None:
@@ -189,8 +201,8 @@ def _evaluate_in_loop(s: Session, clock: Clock, out: Monitors, log: Log) -> tupl
     step = s.state.step
     out.progress.close()
     evals = _periodic_eval(s, clock, out.loggers, log)  # the same result on every process
-    stop_early = _early_stop(s.cfg.train, s.best, log)
-    saved = s.best["step"] == step and s.cfg.train.restore_best
+    stop_early = s.data.val is not None and _early_stop(s.cfg.train, s.best, log)  # never on the test split
+    saved = s.best["step"] == step and s.cfg.train.restore_best and s.data.val is not None
     if saved:
         _timed_save(s, clock, evals, log)  # the best's weights stay on disk to restore
     return evals, stop_early, saved

@@ -40,6 +40,7 @@ _SUBJECT_COLUMNS = ("subject",)
 _SENDER_COLUMNS = ("sender", "from")
 _DATE_COLUMNS = ("date",)
 _ID_COLUMNS = ("message_id", "message-id")
+NO_LABEL_COLUMN = "no label column"  # the note a CSV without one leaves in the report
 
 
 def iter_records(path: Path, fmt: str, names: ColumnNames, strategy: LabelFrom, report: ImportReport,
@@ -52,6 +53,9 @@ def iter_records(path: Path, fmt: str, names: ColumnNames, strategy: LabelFrom, 
         columns = _csv_columns(path, encoding, names, strategy)
         report.notes.append(f"{path.name}: separator {SEPARATOR_NAMES[columns.delimiter]} (it splits the header "
                             f"line into the most columns: {len(columns.fields)})")
+        if columns.label is None and strategy.kind != "none":
+            report.notes.append(f"{path.name}: {NO_LABEL_COLUMN} (looked for {', '.join(_LABEL_COLUMNS)}, any case); "
+                                f"the columns are {list(columns.fields)}. Fix: pass --label-column NAME")
         return _iter_csv(path, encoding, columns, strategy, report, max_bytes)
     return _iter_json(path, encoding, names, strategy, report, max_bytes)
 
@@ -108,10 +112,14 @@ def _columns(fields: tuple[str, ...], names: ColumnNames, strategy: LabelFrom, w
         def find(wanted: str | None, defaults: tuple[str, ...], flag: str) -> str | None:
             return _find_column(fields, wanted, defaults, flag, where)
     text = find(names.text, _TEXT_COLUMNS, "--text-column")
+    label = find(label_name, _LABEL_COLUMNS, "--label-from column:NAME or --label-column")
     if text is None and where is not None:
-        raise ValueError(f"{where}: no text column (looked for {', '.join(_TEXT_COLUMNS)}, any case); "
-                         f"the columns are {list(fields)}. Fix: pass --text-column NAME")
-    return _Columns(text=text, label=find(label_name, _LABEL_COLUMNS, "--label-from column:NAME or --label-column"),
+        unlabelled = label is None and strategy.kind != "none"
+        raise ValueError(f"{where}: no text column (looked for {', '.join(_TEXT_COLUMNS)}, any case)"
+                         + (" and no label column (looked for " + ", ".join(_LABEL_COLUMNS) + ")" if unlabelled
+                            else "") + f"; the columns are {list(fields)}. Fix: pass --text-column NAME"
+                         + (" and --label-column NAME" if unlabelled else ""))
+    return _Columns(text=text, label=label,
                     subject=find(names.subject, _SUBJECT_COLUMNS, "--subject-column"),
                     sender=find(names.sender, _SENDER_COLUMNS, "--sender-column"),
                     date=_pick(fields, _DATE_COLUMNS), message_id=_pick(fields, _ID_COLUMNS), fields=fields)
