@@ -26,6 +26,7 @@ fits, each without one fold, give each training message the logits of a fit that
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -65,7 +66,24 @@ def before_training(model: torch.nn.Module, train, class_weights: torch.Tensor |
             raise ConfigError(f"model.input_linear fits a linear model of the message's n-gram bag, and this store "
                               f"has none: rebuild it with one, e.g. {rebuild_command(train.meta)}, or train with "
                               "model.input_linear=false")
-        fit(model, train.inputs, train.labels, class_weights, model.cfg.input_linear_c, log)
+        fit(model, train.inputs, train.labels, class_weights, model.cfg.input_linear_c, log,
+            unlabelled=_unlabelled_ids(model.cfg, train, log))
+
+
+def _unlabelled_ids(cfg, train, log: Log) -> np.ndarray | None:
+    """The bag ids of the store's unlabelled split (built with --keep-labels) when the fit self-trains on it."""
+    from trmkit.data.store import open_split
+    from trmkit.email.fewlabels import UNLABELLED
+    from trmkit.email.selftrain import ids_of
+
+    path = Path(train.path).parent / UNLABELLED
+    if not path.is_dir():
+        return None
+    if not cfg.input_linear_self_train:
+        log(f"model: input_linear fits the labelled messages only (model.input_linear_self_train=false; {path} "
+            "is not read)")
+        return None
+    return ids_of(open_split(path), cfg.pooled_positions)
 
 
 def rebuild_command(meta) -> str:
@@ -79,25 +97,34 @@ def rebuild_command(meta) -> str:
 
 
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
-        c: float, log: Log = print) -> dict[str, float]:
+        c: float, log: Log = print, unlabelled: np.ndarray | None = None) -> dict[str, float]:
     """Fit model.input_linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
     at position 0), and with model.input_linear_folds also one model per fold without that fold
     (model.input_linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
-    With model.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`)."""
+    With model.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`).
+    `unlabelled`: bag ids of messages without a label: the idf counts them too, and the fit then
+    self-trains on them (email/selftrain.py)."""
     cfg = model.cfg
     start = time.perf_counter()
     ids = np.asarray(inputs)[:, -cfg.pooled_positions:]
     y = _labels(labels, cfg.num_classes)
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
-    idf = document_idf(ids, cfg.vocab_size) if cfg.input_linear_weighting != "binary" else None
+    every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
+    idf = document_idf(every, cfg.vocab_size) if cfg.input_linear_weighting != "binary" else None
     weighting, c, _ = choose(cfg, ids, y, w, idf, c, log)
     if idf is not None:
         with torch.no_grad():
             model.input_linear_idf.copy_(idf.to(model.input_linear_idf.device))
             model.input_linear_use_idf.fill_(float(weighting == "idf"))
         idf = idf if weighting == "idf" else None
-    weight, bias, out = _fit_one(multi_hot(ids, cfg.vocab_size, idf), y, w, cfg.num_classes, c)
+    x = multi_hot(ids, cfg.vocab_size, idf)
+    weight, bias, out = _fit_one(x, y, w, cfg.num_classes, c)
+    if unlabelled is not None and len(unlabelled):
+        from trmkit.email.selftrain import self_train
+
+        weight, bias = self_train(x, y, multi_hot(unlabelled, cfg.vocab_size, idf), weight, bias, cfg.num_classes,
+                                  lambda xs, ys, ws: _fit_one(xs, ys, ws, cfg.num_classes, c), log)
     with torch.no_grad():
         model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
         model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
