@@ -78,12 +78,12 @@ def measure(store: Path, out: Path, minutes: float | None) -> dict[str, float | 
     return row
 
 
-def curve(corpus: str, draws: int, out: Path, minutes: float | None) -> dict[str, list[dict]]:
+def curve(corpus: str, draws: int, out: Path, minutes: float | None, ks: tuple = KS) -> dict[str, list[dict]]:
     """{K: one row per draw}; every K of a draw is checked to have the same test messages."""
-    rows: dict[str, list[dict]] = {k: [] for k in KS}
+    rows: dict[str, list[dict]] = {k: [] for k in ks}
     for draw in range(draws):
         tests = {}
-        for k in KS:
+        for k in ks:
             t0 = time.perf_counter()
             store = build(corpus, k, draw, out, with_bag=minutes is not None)
             if isinstance(store, str):
@@ -130,6 +130,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", action="append", choices=sorted(CORPORA), help="repeat; default: all three")
     p.add_argument("--draws", type=int, default=5, help="seeds per K (the split and the labels drawn)")
+    p.add_argument("--k", action="append", choices=KS, help="labels per class; repeat; default: all of " + "/".join(KS))
     p.add_argument("--trmkit", action="store_true", help="also train configs/email-fast.yaml on every store")
     p.add_argument("--minutes", type=float, default=3.0, help="with --trmkit: training minutes per run")
     p.add_argument("--work", default="runs/email-few-labels", help="stores, runs and per-store results")
@@ -138,7 +139,8 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     minutes = args.minutes if args.trmkit else None
-    results = {c: curve(c, args.draws, work, minutes) for c in args.corpus or sorted(CORPORA)}
+    ks = tuple(k for k in KS if k in (args.k or KS))
+    results = {c: curve(c, args.draws, work, minutes, ks) for c in args.corpus or sorted(CORPORA)}
     print("\n".join(table(results)))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -9,7 +9,7 @@ and calls these).
     run = trmkit.load("runs/py")                  # a finished run directory, later
     trmkit.classify_mail("runs/email/bundle", "mail/")  # [{"label": ..., "probability": ...}, ...]
 
-Every function takes `log` (default: print) for what the CLI would print; errors are
+The functions that report progress take `log` (default: print) for what the CLI would print; errors are
 `trmkit.config.ConfigError` (bad input, with the fix) as on the command line.
 """
 
