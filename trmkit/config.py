@@ -84,10 +84,8 @@ class ModelConfig:
     #                                         "auto": the one of the two with the better cross-validated macro-F1
     input_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training
     #                              steps add each row's out-of-fold logits (stacking), evaluation the whole fit's
-    input_linear_self_train: bool = False  # where the store also holds unlabelled rows (an e-mail store built
-    #                                        with --keep-labels), the fit learns from them too: self-training on
-    #                                        its own most confident answers, in rounds. Off: on SpamAssassin it
-    #                                        lowered macro-F1 (docs/email.md, "Few labels")
+    input_linear_self_train: bool = False  # with unlabelled rows in the store (e-mail --keep-labels), also
+    #                                        self-train the fit on them; off: it lowered macro-F1 (docs/email.md)
 
     @property
     def network_positions(self) -> int:
