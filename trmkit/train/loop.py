@@ -47,19 +47,19 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     """Run (or resume) the loop until max_steps, the time budget, or a stop signal.
     With several processes every one runs it; rank 0 alone writes files and logs."""
     run_dir, main = Path(s.cfg.run.dir), s.run.world.main
-    with s.run.meter.phase("resume"):
-        resumed = resume_if_possible(s, log)
-    if main:
-        write_run_files(s, run_dir)
-    loggers = monitor.make_loggers(run_dir, None, log) if main else monitor.MultiLogger([])
-    loggers.log_config(s.cfg.to_dict())
-    peak = s.run.meter.process_peak
-    sampler, clock, watch = monitor.SystemSampler(peak_bytes=peak), Clock(), monitor.ThroughputWatch()
-    progress = monitor.Progress(s.cfg.train.max_steps, is_tty and main, log=log,
-                                sampler=monitor.SystemSampler(peak_bytes=peak), cores=int(s.run.plan.threads.value),
-                                time_limit_s=60 * s.cfg.train.max_minutes)
-    out = Monitors(loggers, progress, sampler, watch)
-    with graceful_stop(log) as stop:
+    with graceful_stop(log) as stop:  # from the start: a signal during set-up stops after the first step, saved
+        with s.run.meter.phase("resume"):
+            resumed = resume_if_possible(s, log)
+        if main:
+            write_run_files(s, run_dir)
+        loggers = monitor.make_loggers(run_dir, None, log) if main else monitor.MultiLogger([])
+        loggers.log_config(s.cfg.to_dict())
+        peak = s.run.meter.process_peak
+        sampler, clock, watch = monitor.SystemSampler(peak_bytes=peak), Clock(), monitor.ThroughputWatch()
+        progress = monitor.Progress(s.cfg.train.max_steps, is_tty and main, log=log,
+                                    sampler=monitor.SystemSampler(peak_bytes=peak),
+                                    cores=int(s.run.plan.threads.value), time_limit_s=60 * s.cfg.train.max_minutes)
+        out = Monitors(loggers, progress, sampler, watch)
         evals = _run_steps(s, clock, out, stop, log)
         progress.close()
         late_signal = [stop.signal_name is not None]  # a signal that came after the step's agreement
