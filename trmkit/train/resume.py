@@ -120,10 +120,8 @@ def restore_best(s: Session, log: Log) -> bool:
     Returns whether the weights changed."""
     if not s.cfg.train.restore_best or s.best["step"] in (None, s.state.step):
         return False
-    if s.data.val is None:  # the best by the test split would report a number chosen on it
-        log("restore_best: the store has no val/ split, so the best was judged on test; keeping the last "
-            "weights (build the store with a validation share)")
-        return False
+    if s.data.val is None:  # a best by the test split would report a number chosen on it (said at the start:
+        return False        # loop._say_what_needs_val)
     path = checkpoint.best_checkpoint(s.cfg.run.dir)
     ckpt = checkpoint.load_checkpoint(path) if path is not None else None
     if ckpt is None or ckpt.meta["step"] != s.best["step"]:
