@@ -55,7 +55,10 @@ TOLERANCE = {"paper-8": 0.06, "laptop-8-of-32": 0.10, "laptop-32": 0.06, "laptop
 # Over-estimates waste memory but never break the budget. Since the sub-block's input is cast once
 # and RMSNorm has its own backward (2026-11-27) the real steps need less than the model counts:
 # measured paper-8 +5.1%, laptop-8-of-32 +11.7%..+13.1%, laptop-32 +4.3%, laptop-64 +0.4%.
-OVER_TOLERANCE = 0.15
+# The same paper-8 step peaks differently from run to run: on an AMD EPYC (float32, 2 cores,
+# 2026-11-29) five quiet runs peaked at 1,284-1,357 MiB (+4.3%..+10.3% over the estimate) and one
+# CI run beside the rest of the suite at 1,232 MiB (+15.0%): 20% leaves room for that spread.
+OVER_TOLERANCE = 0.20
 
 
 @pytest.fixture(scope="module")
