@@ -35,6 +35,11 @@ def test_build_train_load_and_evaluate_from_python(tmp_path):
     curve = again.evaluate(steps=[1, 2], log=lambda m: None)
     assert set(curve["steps"]) == {1, 2} and curve["trained_steps"] == 2
     assert json.loads((tmp_path / "run" / "eval_steps.json").read_text())  # kept for the report, as the CLI does
+    auto = again.evaluate(steps="auto:3", log=lambda m: None)  # each example's own K, up to 3
+    assert auto["steps"] == "auto" and auto["steps_cap"] == 3 and auto["stable_steps"] == 2
+    assert 1 <= auto["steps_used_mean"] <= auto["steps_used_max"] <= 3 and "exact_accuracy" in auto
+    with pytest.raises(ConfigError, match="--steps auto evaluates one-shot"):
+        again.evaluate(steps="auto", vote=[2])
 
 
 def test_bad_input_is_a_config_error_with_the_fix(tmp_path):

@@ -127,11 +127,13 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
              vote: Iterable[int] | str | None = None, pool: str | None = None, checkpoint: int | None = None,
              limit: int | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
              log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
-    """`trmkit eval RUN [--data D] [--steps K,..] [--vote N,..]` as a dict (the JSON the CLI prints).
+    """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..]` as a dict (the JSON the CLI prints).
 
-    >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]"""
+    >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]
+    >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]"""
     from trmkit import hardware
     from trmkit.train import evaluate as evaluate_mod
+    from trmkit.train import halting
     from trmkit.train import testtime
     from trmkit.train.finish import memory_summary
     from trmkit.train.session import prepare
@@ -140,14 +142,20 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     extra = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else []) + as_overrides(overrides)
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra)
     counts = testtime.parse_counts(_listed(vote))
-    step_list = testtime.parse_steps(_listed(steps))
+    auto = halting.parse_auto(_listed(steps))  # `--steps auto[:cap]`; None: a list of K
+    if auto is not None and (counts or pool):
+        raise ConfigError("--steps auto evaluates one-shot: --vote and --pool need a list of K (--steps 16,32)")
+    step_list = testtime.parse_steps(_listed(steps)) if auto is None else []
     session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), evaluate_only=True,
                       **task_hooks(cfg, log))
     evaluate_mod.load_weights(session, run_dir, checkpoint)
     variants = _variants(cfg, session, max(counts), log) if counts else None
     with session.run.meter.phase("eval"):
-        result = testtime.eval_at_steps(session, step_list, limit, log=log, variants=variants, counts=counts,
-                                        keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
+        if auto is not None:
+            result = testtime.eval_auto(session, auto, limit, log=log)
+        else:
+            result = testtime.eval_at_steps(session, step_list, limit, log=log, variants=variants, counts=counts,
+                                            keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=log)

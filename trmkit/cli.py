@@ -158,9 +158,12 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "e.g. a point of a learning curve (RUN_DIR/checkpoints/step-STEP)")
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the evaluation may use: 2GB, 2GiB, 512MB (overrides run.memory_budget)")
-    p.add_argument("--steps", default=None, metavar="K[,K...]",
+    p.add_argument("--steps", default=None, metavar="K[,K...]|auto[:CAP]",
                    help="supervision steps per example (more thinking at test time; default: the run's N_sup); "
-                        "several, e.g. 8,16,32,64, give a curve, kept in RUN_DIR/eval_steps.json for the report")
+                        "several, e.g. 8,16,32,64, give a curve, kept in RUN_DIR/eval_steps.json for the report; "
+                        "`auto`: each example stops once its answer has not changed for 2 consecutive steps, or at "
+                        "CAP steps (default 4 x the trained N_sup), and the steps used (mean, max) are reported "
+                        "beside the accuracy; its effect on accuracy is not yet measured")
     p.add_argument("--vote", default=None, metavar="N[,N...]",
                    help="also solve N symmetric variants of each example (a maze's turns and mirror images, a "
                         "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "

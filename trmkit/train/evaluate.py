@@ -8,6 +8,8 @@ Reported metrics (names shared by `train`'s summary and `eval`):
 - exact_accuracy: samples whose every labelled cell is right;
 - act_steps: mean number of steps at which the halting head would stop
   (the first step with q_halt > 0, else N_sup).
+- steps_used_mean, steps_used_max: with `eval --steps auto` only (ctx.halting, train/halting.py),
+  the supervision steps each example took before its answer was stable.
 
 A task adds its own metrics through a `Scorer` (docs/tasks.md): it sees every
 batch with the predicted tokens and the final halting logit, and its
@@ -35,6 +37,7 @@ from trmkit.model.losses import act_loss
 from trmkit.model.trm import TRM
 from trmkit.train import checkpoint
 from trmkit.train import distributed as dist_mod
+from trmkit.train.halting import think_until_stable
 from trmkit.train.optim import ema_weights
 from trmkit.train.scorer import NeedsLogits, SavesAnswers, Scorer
 from trmkit.train.session import Session
@@ -76,6 +79,8 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
         "act_steps": totals["steps"] / n,
         "samples": totals["n"],
     }
+    if "steps_used" in totals:  # `--steps auto`: the supervision steps each example took
+        generic.update(steps_used_mean=totals["steps_used"] / n, steps_used_max=totals["steps_used_max"])
     if blank_id is None:  # a task without blank cells (Maze, ARC): the metric would read 0, not "none"
         del generic["blank_accuracy"]
     return {**generic, **(scorer.result() if scorer is not None else {})}
@@ -86,7 +91,11 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device, batch.inputs, ctx.given_tokens)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
-    logits, q, first_halt = think(model, inputs, pids, ctx)
+    used = None
+    if ctx.halting is None:
+        logits, q, first_halt = think(model, inputs, pids, ctx)
+    else:  # `eval --steps auto` (train/halting.py)
+        logits, q, first_halt, used = think_until_stable(model, inputs, pids, ctx, ctx.halting)
     loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
     labels = labels[:, :logits.shape[1]]  # a classifier scores position 0 only
     pred = logits.argmax(-1)
@@ -101,6 +110,8 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         "steps": float(first_halt.float().sum()),
         "n": int(inputs.shape[0]),
     }
+    if used is not None:
+        part.update(steps_used=int(used.sum()), steps_used_max=int(used.max()))
     return part, pred, q, logits
 
 
@@ -122,7 +133,7 @@ def think(model: TRM, inputs: torch.Tensor, pids: torch.Tensor, ctx: StepContext
 
 def _accumulate(totals: dict, part: dict) -> None:
     for k, v in part.items():
-        totals[k] += v
+        totals[k] = max(totals.get(k, 0), v) if k.endswith("_max") else totals.get(k, 0) + v
 
 
 # --------------------------------------------------------------------------- a session's evaluation

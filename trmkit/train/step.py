@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from trmkit.config import ModelConfig, TrainConfig
 from trmkit.model.losses import IGNORE, act_loss
 from trmkit.model.trm import TRM, Carry, halt_decision, input_dtype
 from trmkit.train.optim import EMA, SparseSignSGD, lr_at
+
+if TYPE_CHECKING:
+    from trmkit.train.halting import StableAnswer
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
@@ -66,6 +69,7 @@ class StepContext:
     reduce_after: Callable[[bool], contextlib.AbstractContextManager] | None = None
     rank: int = 0
     world: int = 1
+    halting: StableAnswer | None = None  # evaluation only, `eval --steps auto`: stop when the answer is stable
 
 
 def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device, inputs: np.ndarray | None = None,

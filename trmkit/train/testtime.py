@@ -1,5 +1,7 @@
 """Test-time compute, reported apart from the model's one-shot accuracy (`trmkit eval`).
 
+- Thinking until the answer is stable: `--steps auto[:CAP]` (train/halting.py), each example's own K,
+  reported as steps_used_mean and steps_used_max beside the accuracies.
 - More thinking: `--steps 8,16,32,64` evaluates with K supervision steps per example instead of the
   trained N_sup (the weights do not depend on it); a curve is kept in RUN_DIR/eval_steps.json per
   evaluated store, for `trmkit report`.
@@ -30,6 +32,7 @@ from trmkit.data.stream import eval_batches
 from trmkit.data.variants import Variants, vote
 from trmkit.model.losses import log_stablemax
 from trmkit.model.trm import TRM
+from trmkit.train import halting
 from trmkit.train.evaluate import run_eval
 from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
@@ -107,6 +110,27 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
         kept[str(s.cfg.data.path)] = {str(k): v for k, v in curve.items()}
         files.write_json(path, kept)
     return {"steps": curve, "trained_steps": trained.halt_max_steps, **pooled}
+
+
+def eval_auto(s: Session, cap: int, limit: int | None = None, log: Log = print) -> dict:
+    """The evaluation with `--steps auto[:cap]` (cap 0: the default): each example stops once its answer
+    is stable (train/halting.py); its metrics with "steps": "auto", the cap, the patience, and the steps
+    used per example (mean, max)."""
+    rule, why = halting.rule_for(cap, s.model.cfg.halt_max_steps)
+    log(f"eval: --steps auto: {rule.describe()} (cap: {why}; patience {rule.patience}: train/halting.py)")
+    trained_ctx, t0 = s.ctx, time.perf_counter()
+    s.ctx = dataclasses.replace(trained_ctx, halting=rule)
+    try:
+        result = run_eval(s, limit, log=log)
+    finally:
+        s.ctx = trained_ctx
+    if not result:
+        return {}
+    seconds = round(time.perf_counter() - t0, 2)
+    log(f"eval: --steps auto: exact_accuracy {result.get('exact_accuracy', 0):.3f}, steps used mean "
+        f"{result['steps_used_mean']:.2f}, max {result['steps_used_max']} ({seconds:.0f} s)")
+    return {**result, "steps": "auto", "steps_cap": rule.cap, "stable_steps": rule.patience,
+            "trained_steps": s.model.cfg.halt_max_steps, "seconds": seconds}
 
 
 # --------------------------------------------------------------------------- voting

@@ -1,0 +1,92 @@
+"""`trmkit eval --steps auto`: a halting rule that scales with the problem, not with the trained N_sup.
+
+Each example takes supervision steps until its predicted answer (the argmax over every output
+position) has stayed the same for `STABLE_STEPS` consecutive steps, or until the cap. An example
+that stopped is frozen: its logits and halting logit are those of its last step, and it leaves the
+batch, so later steps cost only the examples still thinking.
+
+- STABLE_STEPS = 2: one unchanged step is weak evidence (the latent z_L keeps moving while the
+  argmax may pause for a step), and every further step of patience costs one more step on every
+  example. The value is chosen, not tuned: nothing has measured 1 against 2 or 3 yet.
+- The default cap is 4 x the trained N_sup (64 for N_sup = 16, the largest K the maze curves were
+  measured at); `--steps auto:K` sets it. A larger problem (a 61 x 61 maze) may need a larger cap.
+
+Departure from the paper: TRM halts with its Q head in training and runs all N_sup steps at test
+time; this rule reads only the model's own answers (no labels, no checker), so a problem larger than
+the training grids may think longer than N_sup. Its effect on accuracy is not yet measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trmkit.config import ConfigError
+
+STABLE_STEPS = 2  # consecutive steps without a change of the answer before an example stops
+CAP_PER_N_SUP = 4  # default cap: this many times the trained N_sup
+
+
+@dataclass(frozen=True)
+class StableAnswer:
+    """Stop an example once its answer has not changed for `patience` steps, or at `cap` steps."""
+
+    cap: int
+    patience: int = STABLE_STEPS
+
+    def describe(self) -> str:
+        return (f"each example stops once its answer has not changed for {self.patience} consecutive steps, "
+                f"or at {self.cap} steps")
+
+
+def parse_auto(text: str | None) -> int | None:
+    """`--steps auto` -> 0 (the default cap), `auto:64` -> 64; anything else -> None (a list of K)."""
+    if text is None or not str(text).strip().lower().startswith("auto"):
+        return None
+    head, _, cap = str(text).strip().lower().partition(":")
+    if head != "auto" or (cap and (not cap.isdigit() or int(cap) < 1)):
+        raise ConfigError(f"--steps {text}: write auto, or auto:CAP with a positive cap, e.g. --steps auto:64")
+    return int(cap) if cap else 0
+
+
+def rule_for(cap: int, n_sup: int) -> tuple[StableAnswer, str]:
+    """The rule for `--steps auto[:cap]` (cap 0: the default) and the reason for its cap."""
+    if cap:
+        return StableAnswer(cap), "--steps auto:CAP"
+    return StableAnswer(CAP_PER_N_SUP * n_sup), f"the default: {CAP_PER_N_SUP} x the trained N_sup {n_sup}"
+
+
+@torch.no_grad()
+def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rule: StableAnswer
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Supervision steps from a fresh carry until each example's answer is stable (`rule`).
+
+    Returns each example's logits and halting logit at its last step, the first step at which the
+    halting head would stop (its last step if never), and the steps it took (B,) int32."""
+    B = inputs.shape[0]
+    carry = model.initial_carry(B, ctx.device)
+    z_H, z_L = carry.z_H, carry.z_L  # (B, S, D), updated in place for the live rows
+    live = torch.arange(B, device=ctx.device)
+    used = torch.zeros(B, dtype=torch.int32, device=ctx.device)
+    first_halt = torch.zeros_like(used)  # 0: not yet
+    unchanged = torch.zeros_like(used)
+    logits = q = answer = None
+    for step in range(1, rule.cap + 1):
+        with ctx.autocast():
+            zh, zl, part, q_part = model(z_H[live], z_L[live], inputs[live], pids[live])
+        z_H[live], z_L[live] = zh.to(z_H.dtype), zl.to(z_L.dtype)
+        if logits is None:
+            logits = part.new_zeros((B, *part.shape[1:]))  # (B, L, V)
+            q, answer = q_part.new_zeros(B), part.argmax(-1).new_full((B, part.shape[1]), -1)
+        logits[live], q[live] = part, q_part  # the stopped rows keep their last step's (frozen)
+        new = part.argmax(-1)  # (b, L)
+        same = (new == answer[live]).all(-1)
+        unchanged[live] = torch.where(same, unchanged[live] + 1, torch.zeros_like(unchanged[live]))
+        answer[live], used[live] = new, step
+        first_halt[live] = torch.where((q_part > 0) & (first_halt[live] == 0), step, first_halt[live])
+        live = live[unchanged[live] < rule.patience]
+        if not len(live):
+            break
+    first_halt = torch.where(first_halt == 0, used, first_halt)
+    return logits, q, first_halt, used
