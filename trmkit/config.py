@@ -135,11 +135,9 @@ class ModelConfig:
         if self.mixer == "conv":
             self._check_grid()
         if self.mixer == "attention" and self.hidden_size % self.num_heads:
-            raise ConfigError(
-                f"model.hidden_size={self.hidden_size} is not divisible by "
-                f"model.num_heads={self.num_heads}: set model.num_heads to a divisor "
-                f"such as {_nearest_divisor(self.hidden_size, self.num_heads)}"
-            )
+            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads="
+                              f"{self.num_heads}: set model.num_heads to a divisor such as "
+                              f"{_nearest_divisor(self.hidden_size, self.num_heads)}")
         if self.mixer == "attention" and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError("model.hidden_size / model.num_heads must be even for rotary positions")
 
@@ -219,6 +217,8 @@ class TrainConfig:
     #                           carry no loss and count in no metric: their answer is the input itself
     restore_best: bool = False  # end with the weights of the best evaluation (needs a validation split)
     early_stop_evals: int = 0  # stop after this many evaluations without a better best_metric (0 = never)
+    progressive_loss: float = 0.0  # p: a new sample starts, with probability p, from the detached carry of
+    #                                n ~ U{1..N_sup} steps taken without gradients (Bansal et al. 2022); 0 = off
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):
@@ -226,14 +226,14 @@ class TrainConfig:
         if self.batch_size < 1 or self.max_steps < 0:
             raise ConfigError("train.batch_size must be >= 1 and train.max_steps >= 0")
         if self.micro_batch and self.batch_size % self.micro_batch:
-            raise ConfigError(
-                f"train.micro_batch={self.micro_batch} does not divide "
-                f"train.batch_size={self.batch_size}: choose a divisor"
-            )
+            raise ConfigError(f"train.micro_batch={self.micro_batch} does not divide "
+                              f"train.batch_size={self.batch_size}: choose a divisor")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError("train.ema_decay must be in [0, 1)")
         if self.class_weighting not in ("none", "balanced"):
             raise ConfigError(f"train.class_weighting={self.class_weighting!r}: use 'none' or 'balanced'")
+        if not 0.0 <= self.progressive_loss <= 1.0:
+            raise ConfigError(f"train.progressive_loss={self.progressive_loss}: a probability in [0, 1] (0 = off)")
         if self.early_stop_evals < 0:
             raise ConfigError("train.early_stop_evals must be >= 0 (0 = never stop early)")
         if self.fit_to_time and self.max_minutes <= 0:

@@ -158,3 +158,75 @@ def test_the_gradient_check_catches_a_loss_divided_by_the_micro_batch(monkeypatc
     for micro_batch in (4, 2):
         errors = relative_errors(full, accumulated_gradients(micro_batch))
         assert min(errors.values()) == pytest.approx(8 / micro_batch - 1, rel=1e-4), (micro_batch, errors)
+
+
+# --------------------------------------------------------------------------- train.progressive_loss
+
+
+def three_losses(**train) -> tuple[list[float], float]:
+    """The train/loss of 3 steps on a fixed batch and seed, and the next random number after them."""
+    torch.manual_seed(1)
+    cfg = Config(model=tiny(halt_max_steps=2),
+                 train=TrainConfig(batch_size=4, max_steps=10, warmup_steps=1, lr=1e-3, **train))
+    model = TRM(cfg.model)
+    opts = build_optimizers(model, cfg)
+    state, stream = new_state(model, 4, 9, "cpu"), CountingStream(9)
+    torch.manual_seed(2)
+    losses = [train_step(model, state, stream, opts, cfg.train, ctx(4))["train/loss"] for _ in range(3)]
+    return losses, torch.rand(1).item()
+
+
+def test_progressive_loss_off_is_the_step_as_it_was():
+    """Measured with the step before train.progressive_loss existed (same numbers on main's code)."""
+    losses, after = three_losses(progressive_loss=0.0)
+    assert losses == pytest.approx([2.601236652703565, 2.5133919147145116, 2.6154095865496427], rel=1e-5)
+    assert after == pytest.approx(0.4524652361869812)  # off draws no random number
+    assert three_losses(progressive_loss=1.0)[0] != pytest.approx(losses, rel=1e-3)  # on, the states change
+
+
+def test_progressive_start_takes_the_drawn_steps_without_gradients_from_a_detached_carry():
+    torch.manual_seed(0)
+    model = TRM(tiny(halt_max_steps=3)).train()
+    state, stream = new_state(model, 4, 9, "cpu"), CountingStream(9)
+    refill(model, state, stream, ctx(4))
+    state.carry.halted = torch.tensor([True, False, True, True])  # slot 1 goes on with its sample
+    state.carry.z_H[1] += 1.0
+    before = state.carry.z_H.clone(), state.carry.z_L.clone()
+    cfg = TrainConfig(batch_size=4, progressive_loss=0.5)
+    torch.manual_seed(4)  # u = 0.56, 0.56, 0.09, 0.21: slots 2 and 3 start deeper, slot 0 does not
+    u, depth = torch.rand(4), torch.randint(1, 4, (4,))  # the draws progressive_start makes
+    torch.manual_seed(4)
+    taken = step_mod.progressive_start(model, state, cfg, ctx(2))
+    depth = torch.where(state.carry.halted & (u < 0.5), depth, 0)
+    assert depth.tolist() == [0, 0, 3, 2] and taken == 5
+    carry = state.carry
+    assert carry.z_H.grad_fn is None and not carry.z_H.requires_grad and not carry.z_L.requires_grad
+    with torch.no_grad():
+        for i, n in enumerate(depth.tolist()):  # each slot: exactly n steps from where it was
+            z_H, z_L = before[0][i:i + 1], before[1][i:i + 1]
+            for _ in range(n):
+                z_H, z_L, _, _ = model(z_H, z_L, state.inputs[i:i + 1], state.puzzle_ids[i:i + 1])
+            assert torch.allclose(carry.z_H[i], z_H[0], atol=1e-5) and torch.allclose(carry.z_L[i], z_L[0], atol=1e-5)
+    assert carry.steps.tolist() == [0, 0, 0, 0]  # every sample still gets its N_sup supervised steps
+
+
+def test_no_gradient_reaches_the_steps_before_a_progressive_start():
+    """The step's gradients are those of one supervised step from the carry it starts from, held as a
+    plain tensor: the steps before the start contribute nothing."""
+    torch.manual_seed(0)
+    model = TRM(tiny(halt_max_steps=3)).train()
+    state, stream = new_state(model, 4, 9, "cpu"), CountingStream(9)
+    refill(model, state, stream, ctx(4))
+    torch.manual_seed(3)
+    assert step_mod.progressive_start(model, state, TrainConfig(batch_size=4, progressive_loss=1.0), ctx(4)) > 0
+    start = state.carry.z_H.clone(), state.carry.z_L.clone()
+    u, min_steps = exploration_draws(4, model.cfg, "cpu")
+    forward_backward(model, state, ctx(4), u, min_steps)
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    model.puzzle_emb.take_pending()
+    _, _, logits, q = model(*start, state.inputs, state.puzzle_ids)
+    loss, _ = step_mod.act_loss(logits, state.labels, q, model.cfg.halt_loss_weight)
+    (loss / 4).backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(grads[name], p.grad, atol=1e-7, rtol=1e-5), name

@@ -7,6 +7,13 @@ in micro-batches whose gradients add up exactly to those of the whole batch:
 the loss is divided by the global batch size, the exploration draws are made
 for the whole batch before it is split, and the sparse puzzle-embedding
 gradients are summed per row before their sign is taken.
+
+With train.progressive_loss (Bansal et al., 2022, "End-to-end algorithm synthesis with recurrent
+networks"), some new samples start from a deeper, detached carry (`progressive_start`). Departure
+from the paper: there a batch runs n iterations without gradients and then k with them, and the
+loss mixes that with the full-depth loss by a weight alpha; here deep supervision already trains
+every step from the detached carry of the one before, so the option only chooses where a new sample
+starts, with probability p, and the loss is TRM's own.
 """
 
 from __future__ import annotations
@@ -147,10 +154,40 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
     new_samples = refill(model, state, stream, ctx)
     u, min_steps = rank_draws(state.carry.steps.shape[0], model.cfg, ctx)
     model.train()
+    progressive = progressive_start(model, state, cfg, ctx)
     stats = forward_backward(model, state, ctx, u, min_steps, on_oom)
     apply_updates(model, opts)
     state.step += 1
-    return step_metrics(stats, state.carry.steps, state.carry.halted, new_samples, opts)
+    metrics = step_metrics(stats, state.carry.steps, state.carry.halted, new_samples, opts)
+    if cfg.progressive_loss:
+        metrics["train/progressive_steps"] = float(progressive)
+    return metrics
+
+
+@torch.no_grad()
+def progressive_start(model: TRM, state: TrainState, cfg: TrainConfig, ctx: StepContext) -> int:
+    """train.progressive_loss = p (the progressive loss of Bansal et al., 2022): each slot that has just
+    taken a new sample starts, with probability p, from the carry of n ~ U{1..N_sup} supervision steps
+    taken by the current weights without gradients; the carry is detached, so no gradient reaches
+    those steps. Its step count stays 0: the sample still gets its N_sup supervised steps, from a state
+    up to N_sup steps deeper than the fresh one, so the net learns to improve any state, not only those
+    its first N_sup steps reach. The draws are made for the whole global batch (as rank_draws); p = 0
+    draws nothing and runs nothing. Returns the steps taken without gradients."""
+    if not cfg.progressive_loss:
+        return 0
+    carry, slots = state.carry, state.carry.steps.shape[0]
+    part = slice(ctx.rank * slots, (ctx.rank + 1) * slots)
+    u = torch.rand(slots * ctx.world)[part].to(ctx.device)
+    depth = torch.randint(1, model.cfg.halt_max_steps + 1, (slots * ctx.world,))[part].to(ctx.device)
+    depth = torch.where(carry.halted & (u < cfg.progressive_loss), depth, torch.zeros_like(depth))  # (B,)
+    rows = torch.nonzero(depth).flatten()
+    for k in range(1, int(depth.max()) + 1):
+        rows = rows[depth[rows] >= k]  # the slots that still take a k-th step
+        for chunk in rows.split(max(1, ctx.micro_batch)):
+            with ctx.autocast():
+                zh, zl, _, _ = model(carry.z_H[chunk], carry.z_L[chunk], state.inputs[chunk], state.puzzle_ids[chunk])
+            carry.z_H[chunk], carry.z_L[chunk] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
+    return int(depth.sum())
 
 
 def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_steps,
