@@ -300,6 +300,9 @@ def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log
     log(f"model: {model.num_parameters():,} trainable parameters "
         f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
         f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
+    if cfg.train.progressive_loss:
+        log(f"train: progressive_loss={cfg.train.progressive_loss} -> that share of new samples starts from the "
+            f"detached carry of 1..{cfg.model.halt_max_steps} steps (N_sup) without gradients (train/step.py)")
     opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
     apply_to_model(plan, model)
     state = new_state(model, slots, cfg.model.seq_len, device)
