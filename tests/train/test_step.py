@@ -181,7 +181,6 @@ def test_progressive_loss_off_is_the_step_as_it_was():
     losses, after = three_losses(progressive_loss=0.0)
     assert losses == pytest.approx([2.601236652703565, 2.5133919147145116, 2.6154095865496427], rel=1e-5)
     assert after == pytest.approx(0.4524652361869812)  # off draws no random number
-    assert three_losses(progressive_loss=1.0)[0] != pytest.approx(losses, rel=1e-3)  # on, the states change
 
 
 def test_progressive_start_takes_the_drawn_steps_without_gradients_from_a_detached_carry():
