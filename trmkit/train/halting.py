@@ -73,12 +73,18 @@ def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rul
     unchanged = torch.zeros_like(used)
     logits = q = answer = None
     for step in range(1, rule.cap + 1):
+        every = len(live) == B  # while no example has stopped: no gathered copy of the carry
         with ctx.autocast():
-            zh, zl, part, q_part = model(z_H[live], z_L[live], inputs[live], pids[live])
-        z_H[live], z_L[live] = zh.to(z_H.dtype), zl.to(z_L.dtype)
+            zh, zl, part, q_part = model(*((z_H, z_L, inputs, pids) if every else
+                                           (z_H[live], z_L[live], inputs[live], pids[live])))
+        if every:
+            z_H, z_L = zh.to(z_H.dtype), zl.to(z_L.dtype)
+        else:
+            z_H[live], z_L[live] = zh.to(z_H.dtype), zl.to(z_L.dtype)
         if logits is None:
             logits = part.new_zeros((B, *part.shape[1:]))  # (B, L, V)
-            q, answer = q_part.new_zeros(B), part.argmax(-1).new_full((B, part.shape[1]), -1)
+            q = q_part.new_zeros(B)
+            answer = torch.full((B, part.shape[1]), -1, dtype=torch.long, device=part.device)
         logits[live], q[live] = part, q_part  # the stopped rows keep their last step's (frozen)
         new = part.argmax(-1)  # (b, L)
         same = (new == answer[live]).all(-1)
