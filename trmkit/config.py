@@ -84,8 +84,8 @@ class ModelConfig:
     #                                         "auto": the one of the two with the better cross-validated macro-F1
     input_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training
     #                              steps add each row's out-of-fold logits (stacking), evaluation the whole fit's
-    input_linear_self_train: bool = False  # with unlabelled rows in the store (e-mail --keep-labels), also
-    #                                        self-train the fit on them; off: it lowered macro-F1 (docs/email.md)
+    input_linear_unlabelled: str = "off"  # a store's unlabelled rows (e-mail --keep-labels): "em" (naive Bayes by
+    #                                       EM on them, email/nb_em.py), "self_train", or "off" (docs/email.md)
 
     @property
     def network_positions(self) -> int:
@@ -122,9 +122,10 @@ class ModelConfig:
         if self.input_linear_folds and (self.input_linear_folds < 2 or not self.input_linear):
             raise ConfigError(f"model.input_linear_folds={self.input_linear_folds}: give 0 (off) or K >= 2 folds, "
                               "with model.input_linear=true")
-        if self.input_linear_weighting not in ("binary", "idf", "auto"):
-            raise ConfigError(f"model.input_linear_weighting={self.input_linear_weighting!r}: use 'binary', 'idf' "
-                              "or 'auto'")
+        for key, allowed in (("input_linear_weighting", ("binary", "idf", "auto")),
+                             ("input_linear_unlabelled", ("off", "em", "self_train"))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         if self.input_linear_c < 0:
             raise ConfigError(f"model.input_linear_c={self.input_linear_c} must be > 0 (scikit-learn's C: 1.0 by "
                               "default) or 0 (chosen by cross-validation on the training split)")

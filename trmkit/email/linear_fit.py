@@ -79,9 +79,10 @@ def _unlabelled_ids(cfg, train, log: Log) -> np.ndarray | None:
     path = Path(train.path).parent / UNLABELLED
     if not path.is_dir():
         return None
-    if not cfg.input_linear_self_train:
-        log(f"model: input_linear fits the labelled messages only; model.input_linear_self_train=true would also "
-            f"self-train it on {path} (off by default: it lowered macro-F1 on SpamAssassin, docs/email.md)")
+    if cfg.input_linear_unlabelled == "off":
+        log(f"model: input_linear fits the labelled messages only; model.input_linear_unlabelled=em would also "
+            f"read the {path} messages (naive Bayes by EM: above TF-IDF + LR on SpamAssassin and Turkish, below "
+            "it on the mailing lists, docs/email.md)")
         return None
     return ids_of(open_split(path), cfg.pooled_positions)
 
@@ -112,6 +113,8 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
          else torch.ones(cfg.num_classes))[y]
     every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
     idf = document_idf(every, cfg.vocab_size) if cfg.input_linear_weighting != "binary" else None
+    if unlabelled is not None and cfg.input_linear_unlabelled == "em":
+        return _fit_em(model, ids, y, unlabelled, log, start)
     weighting, c, _ = choose(cfg, ids, y, w, idf, c, log)
     if idf is not None:
         with torch.no_grad():
@@ -120,7 +123,7 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
         idf = idf if weighting == "idf" else None
     x = multi_hot(ids, cfg.vocab_size, idf)
     weight, bias, out = _fit_one(x, y, w, cfg.num_classes, c)
-    if unlabelled is not None and len(unlabelled):
+    if unlabelled is not None and len(unlabelled):  # model.input_linear_unlabelled=self_train
         from trmkit.email.selftrain import self_train
 
         weight, bias = self_train(x, y, multi_hot(unlabelled, cfg.vocab_size, idf), weight, bias, cfg.num_classes,
@@ -136,6 +139,27 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     if cfg.input_linear_folds:
         out["out_of_fold_accuracy"] = _fit_folds(model, ids, y, w, c, log, idf)
     return {**out, "seconds": time.perf_counter() - start, "weighting": weighting, "c": c}
+
+
+def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray, log: Log,
+            start: float) -> dict[str, float]:
+    """input_linear by naive Bayes with EM over the labelled and the unlabelled bags (email/nb_em.py):
+    binary features (the idf buffers, if any, set to read binary), no C."""
+    from trmkit.email import nb_em
+
+    cfg = model.cfg
+    if cfg.input_linear_folds:
+        raise ConfigError("model.input_linear_unlabelled=em fits one model over every message and has no folds: "
+                          "train with model.input_linear_folds=0")
+    weight, bias = nb_em.fit(multi_hot(ids, cfg.vocab_size), y, multi_hot(unlabelled, cfg.vocab_size),
+                             cfg.num_classes, cfg.vocab_size, log)
+    with torch.no_grad():
+        model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
+        model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
+        if cfg.input_linear_weighting != "binary":
+            model.input_linear_use_idf.fill_(0.0)
+    accuracy = float(((torch.sparse.mm(multi_hot(ids, cfg.vocab_size), weight) + bias).argmax(1) == y).float().mean())
+    return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start, "weighting": "binary", "c": 0.0}
 
 
 C_GRID = (1.0, 3.0, 10.0, 30.0)  # model.input_linear_c=0 chooses among these

@@ -1,0 +1,57 @@
+"""Naive Bayes by EM over labelled and unlabelled bags (email/nb_em.py), and its place in the fit."""
+import numpy as np
+import pytest
+import torch
+
+from trmkit.config import ConfigError, ModelConfig
+from trmkit.email import linear_fit, nb_em
+
+VOCAB, CLASSES = 400, 3
+
+
+def _bags(rng, y: np.ndarray) -> np.ndarray:
+    """Each class leans on its own 30 ids (3 of them per message), plus 5 shared noise ids: one label per
+    class sees 3 of a class's 30 ids, the unlabelled messages link them to the rest."""
+    out = np.zeros((len(y), 8), dtype=np.int64)
+    for i, c in enumerate(y):
+        own = rng.choice(np.arange(10 + 30 * c, 40 + 30 * c), 3, replace=False)
+        out[i] = np.concatenate([own, rng.choice(np.arange(200, 400), 5, replace=False)])
+    return out
+
+
+def _accuracy(weight, bias, x, y) -> float:
+    return float(((torch.sparse.mm(x, weight) + bias).argmax(1) == torch.from_numpy(y)).float().mean())
+
+
+def test_em_on_unlabelled_bags_beats_naive_bayes_on_the_labels_alone(monkeypatch):
+    rng = np.random.default_rng(0)
+    y_l = np.array([0, 1, 2])  # one label per class
+    y_u, y_t = (rng.integers(0, CLASSES, n) for n in (600, 600))
+    x_l, x_u, x_t = (linear_fit.multi_hot(_bags(rng, y), VOCAB) for y in (y_l, y_u, y_t))
+    said = []
+    monkeypatch.setattr(nb_em, "ITERATIONS", 0)
+    alone = _accuracy(*nb_em.fit(x_l, torch.from_numpy(y_l), x_u, CLASSES, VOCAB, said.append), x_t, y_t)
+    monkeypatch.setattr(nb_em, "ITERATIONS", 10)
+    weight, bias = nb_em.fit(x_l, torch.from_numpy(y_l), x_u, CLASSES, VOCAB, said.append)  # y_u never passed
+    assert _accuracy(weight, bias, x_t, y_t) >= alone + 0.2, (alone, _accuracy(weight, bias, x_t, y_t))
+    assert "3 labelled and 600 unlabelled messages" in said[-1] and "10 rounds" in said[-1]
+
+
+def test_em_logits_are_centred_and_the_pad_id_reads_nothing():
+    rng = np.random.default_rng(1)
+    y = np.array([0, 1, 2, 0])
+    x = linear_fit.multi_hot(_bags(rng, y), VOCAB)
+    weight, bias = nb_em.fit(x, torch.from_numpy(y), x, CLASSES, VOCAB, lambda s: None)
+    assert torch.allclose(weight.sum(1), torch.zeros(VOCAB), atol=1e-4) and abs(float(bias.sum())) < 1e-5
+    assert weight[0].abs().max() == 0  # stablemax reads levels, not only differences: logits near 0
+
+
+def test_unlabelled_option_is_checked_and_em_refuses_folds():
+    with pytest.raises(ConfigError, match="input_linear_unlabelled='yes': use one of off, em, self_train"):
+        ModelConfig(input_linear_unlabelled="yes")
+    cfg = ModelConfig(vocab_size=VOCAB, num_classes=CLASSES, seq_len=10, pooled_positions=8, input_linear=True,
+                      input_linear_folds=2, input_linear_unlabelled="em")
+    model = type("M", (), {"cfg": cfg})()
+    ids = np.array([[11, 12, 0, 0, 0, 0, 0, 0]] * 4)
+    with pytest.raises(ConfigError, match="has no folds"):
+        linear_fit._fit_em(model, ids, torch.tensor([0, 1, 2, 0]), ids, print, 0.0)
