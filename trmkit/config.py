@@ -291,8 +291,8 @@ class RLConfig:
     seed_share_solve: float = 0.6  # share of seeding examples per role (the rest split by the next two)
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
-    heldout_per_type: int = 100  # held-out tasks per type (fixed seed, never trained on)
-    heldout_seed: int = 20251
+    heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
+    heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
     cache_mb: int = 64  # execution-result cache, bytes-bounded LRU
     sandbox_cpu_seconds: float = 1.0  # per program run
     sandbox_wall_seconds: float = 5.0

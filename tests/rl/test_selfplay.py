@@ -65,6 +65,9 @@ def test_seed_writes_held_out_solve_rates_and_eval_reads_them_back(seeded):
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)
     assert again["solve_rate"] == summary["solve_rate"] and again["samples"] == 12
+    assert again["solve_rate/nontrivial"] == summary["solve_rate/nontrivial"]  # the headline, shortcuts left out
+    assert again["samples/nontrivial"] < 12 and len(again["solved"]) == 12
+    assert again["solve_rate"] == again["solved"].count("1") / 12
     history = read_metrics(seeded / "seed" / "metrics.jsonl")
     assert any("seed/loss/solve/deduction" in h for h in history)
 
