@@ -43,6 +43,7 @@ class CodeObjective:
         self.heldout = [t for t, _ in items]
         self.heldout_tags = [g for _, g in items]
         self.heldout_keys = {t.key() for t in self.heldout}
+        self.eval_per_type = rl.eval_per_type  # evaluations use the first tasks of each type (`rl eval`: all)
         self.last_outcomes: list[bool] = []  # the latest evaluation's per-task results, in held-out order
         self.rng = random.Random(cfg.run.seed)
         self.steps, self.seconds = 0, 0.0
@@ -88,9 +89,10 @@ class CodeObjective:
         (rl/heldout.py); the share of well-formed answers; the critique's balanced accuracy on the
         solver's answers."""
         model.eval()
+        items = heldout.first(list(zip(self.heldout, self.heldout_tags)), self.eval_per_type)
         right, formed, verdicts = [], [], []
         for kind in P.TYPES:
-            tasks = [t for t in self.heldout if t.kind == kind]
+            tasks = [t for t, _ in items if t.kind == kind]
             rows = [P.prompt("solve", kind, P.task_tokens(t)) for t in tasks]
             resp = self._greedy(model, ctx, "solve", kind, rows)
             ok, parsed = self._check_solutions(tasks, resp)
@@ -100,16 +102,15 @@ class CodeObjective:
             verdicts += [{P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(r[0])
                          for r in self._greedy(model, ctx, "critique", kind, rows)]
         self.last_outcomes = right
-        items = list(zip(self.heldout, self.heldout_tags))
         out = heldout.summarize(right, items)
         out["format_rate"] = float(np.mean(formed))
         for kind in ("",) + P.TYPES:
-            sel = [i for i, t in enumerate(self.heldout) if kind in ("", t.kind)]
+            sel = [i for i, (t, _) in enumerate(items) if kind in ("", t.kind)]
             acc = balanced_accuracy([verdicts[i] for i in sel], [right[i] for i in sel])
             if acc is not None:  # undefined when every answer is right, or every one wrong
                 out["critique/balanced_accuracy" + (f"/{kind}" if kind else "")] = acc
-        long = [r for r, t in zip(right, self.heldout) if len(t.program) > P.SEED_MAX_STATEMENTS]
-        short = [r for r, t in zip(right, self.heldout) if len(t.program) <= P.SEED_MAX_STATEMENTS]
+        long = [r for r, (t, _) in zip(right, items) if len(t.program) > P.SEED_MAX_STATEMENTS]
+        short = [r for r, (t, _) in zip(right, items) if len(t.program) <= P.SEED_MAX_STATEMENTS]
         out[f"solve_rate/len<={P.SEED_MAX_STATEMENTS}"] = float(np.mean(short)) if short else 0.0
         out[f"solve_rate/len>{P.SEED_MAX_STATEMENTS}"] = float(np.mean(long)) if long else 0.0
         return out
