@@ -291,6 +291,7 @@ class RLConfig:
     seed_share_solve: float = 0.6  # share of seeding examples per role (the rest split by the next two)
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
+    seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
     heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
     heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
     eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
@@ -316,8 +317,8 @@ class RLConfig:
         for name in ("temperature", "log_ratio_clip"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"rl.{name} must be > 0")
-        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight) < 0:
-            raise ConfigError("rl.weight_* and rl.anchor_weight must be >= 0")
+        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool) < 0:
+            raise ConfigError("rl.weight_*, rl.anchor_weight and rl.seed_pool must be >= 0")
 
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""

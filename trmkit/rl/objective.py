@@ -134,10 +134,11 @@ class CodeObjective:
         verdicts = iter(self.executor.check(items))
         return [next(verdicts) if a is not None else False for a in parsed], parsed
 
-    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS, min_len: int = 1) -> P.CodeTask:
+    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS, min_len: int = 1,
+                   rng: random.Random | None = None) -> P.CodeTask:
         """A generated task of min_len..max_len statements (never a held-out one), completed by execution."""
         while True:
-            t = P.random_task(self.rng, kind, min_len, max_len)
+            t = P.random_task(rng or self.rng, kind, min_len, max_len)
             if t.key() in self.heldout_keys:
                 self.counts["generated task equal to a held-out one, drawn again"] += 1
                 continue
