@@ -88,6 +88,7 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
                 "curriculum/max_statements/deduction", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
         assert key in step[-1], key
     assert any(h.get("kl/solve", 0) > 0 for h in step)  # the second update epoch moved off pi_old
+    assert all(0 <= h["critique/balanced_accuracy"] <= 1 for h in step if "critique/balanced_accuracy" in h)
     assert all(abs(h["advantage/mean/solve"]) < 1e-6 for h in step)  # leave-one-out: zero mean per task
     assert step[0]["kl/seed"] >= 0 and any(h["kl/seed"] > 0 for h in step)  # measured against the --init run
 
