@@ -184,6 +184,8 @@ def run_compare(args: argparse.Namespace) -> int:
     spec = runs[0]["heldout"]
     items = heldout.for_config(spec["seed"], spec["per_type"], log=lambda m: print(m, file=sys.stderr))
     a, b = ([c == "1" for c in r["solved"]] for r in runs)
+    if not len(a) == len(b) == len(items):
+        raise ConfigError(f"rl compare: {len(a)} and {len(b)} results for a held-out set of {len(items)} tasks")
     print(f"{'group':28s} {'before':>7s} {'after':>7s} {'after - before':>16s} (paired bootstrap SE, tasks)")
     for name, idx in heldout.groups(items).items():
         if idx:
