@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         s.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="continue the run in RUN_DIR from its newest valid checkpoint")
         s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
-    s = sub.add_parser("eval", help="held-out solve rate per task type, by execution")
+    s = sub.add_parser("eval", help="held-out solve rate by execution: all, without shortcuts, per type and slice")
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
     s.add_argument("--json", action="store_true", help="print only the JSON result on stdout (with the per-task "
                    "results, \"solved\", for `trmkit rl compare`)")
