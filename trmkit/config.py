@@ -292,8 +292,10 @@ class RLConfig:
     seed_share_solve: float = 0.6  # share of seeding examples per role (the rest split by the next two)
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
-    heldout_per_type: int = 100  # held-out tasks per type (fixed seed, never trained on)
-    heldout_seed: int = 20251
+    seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
+    heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
+    heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
+    eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
     cache_mb: int = 64  # execution-result cache, bytes-bounded LRU
     sandbox_cpu_seconds: float = 1.0  # per program run
     sandbox_wall_seconds: float = 5.0
@@ -301,7 +303,7 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         for name in ("proposals_per_type", "propose_samples", "tasks_per_type", "critiques_per_type",
-                     "critique_samples", "update_epochs", "heldout_per_type"):
+                     "critique_samples", "update_epochs", "heldout_per_type", "eval_per_type"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
         if self.attempts < 2:
@@ -313,12 +315,11 @@ class RLConfig:
                               f"{self.tasks_per_type}): lower them or raise rl.proposer_share")
         if self.baseline not in ("group", "running"):
             raise ConfigError(f"rl.baseline={self.baseline!r}: use 'group' or 'running'")
-        if not self.temperature > 0:
-            raise ConfigError("rl.temperature must be > 0")
-        if self.log_ratio_clip <= 0:
-            raise ConfigError("rl.log_ratio_clip must be > 0")
-        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight) < 0:
-            raise ConfigError("rl.weight_* and rl.anchor_weight must be >= 0")
+        for name in ("temperature", "log_ratio_clip"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"rl.{name} must be > 0")
+        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool) < 0:
+            raise ConfigError("rl.weight_*, rl.anchor_weight and rl.seed_pool must be >= 0")
 
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""

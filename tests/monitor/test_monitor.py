@@ -207,3 +207,11 @@ def test_summarize_memory_throttle_and_eval_advice():
     assert "micro_batch 64 -> 32" in advice[0] and "60%" in advice[1]
     near = summarize([], RunFacts(peak_rss_gb=5.7, memory_budget_gb=6.0))["advice"]
     assert len(near) == 1 and re.search(r"95% of the 6.00 GB budget", near[0])
+
+
+def test_the_final_line_shows_metrics_and_their_first_breakdown_only():
+    final = {"eval/solve_rate": 0.5, "eval/solve_rate/se": 0.01, "eval/solve_rate/deduction": 0.25,
+             "eval/solve_rate/deduction/depth2": 0.125, "eval/samples": 30, "eval/samples/deduction": 10}
+    line = next(x for x in format_summary({"final_metrics": final}).splitlines() if x.startswith("final:"))
+    assert line == ("final: eval/samples 30, eval/solve_rate 0.5, eval/solve_rate/deduction 0.25 "
+                    "(3 more in summary.json)")

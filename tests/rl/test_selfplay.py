@@ -65,6 +65,9 @@ def test_seed_writes_held_out_solve_rates_and_eval_reads_them_back(seeded):
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)
     assert again["solve_rate"] == summary["solve_rate"] and again["samples"] == 12
+    assert again["solve_rate/nontrivial"] == summary["solve_rate/nontrivial"]  # the headline, shortcuts left out
+    assert again["samples/nontrivial"] < 12 and len(again["solved"]) == 12
+    assert again["solve_rate"] == again["solved"].count("1") / 12
     history = read_metrics(seeded / "seed" / "metrics.jsonl")
     assert any("seed/loss/solve/deduction" in h for h in history)
 
@@ -85,6 +88,7 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
                 "curriculum/max_statements/deduction", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
         assert key in step[-1], key
     assert any(h.get("kl/solve", 0) > 0 for h in step)  # the second update epoch moved off pi_old
+    assert all(0 <= h["critique/balanced_accuracy"] <= 1 for h in step if "critique/balanced_accuracy" in h)
     assert all(abs(h["advantage/mean/solve"]) < 1e-6 for h in step)  # leave-one-out: zero mean per task
     assert step[0]["kl/seed"] >= 0 and any(h["kl/seed"] > 0 for h in step)  # measured against the --init run
 

@@ -147,6 +147,12 @@ def advise(summary: Mapping[str, Any]) -> list[str]:
     return advice
 
 
+def _headline(key: str) -> bool:
+    """A metric and its first breakdown (eval/solve_rate/deduction), not its standard errors (".../se"),
+    counts (eval/samples/...) or finer slices: those stay in summary.json."""
+    return not key.endswith("/se") and not key.startswith("eval/samples/") and key.count("/") <= 2
+
+
 def _fmt(value: Any, spec: str = ".4g", unit: str = "") -> str:
     if value is None:
         return "-"
@@ -178,9 +184,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         lines.append(f"plan estimate of {name}: {check['estimate_gb']:.2f} GiB, measured {check['peak_gb']:.2f} GiB "
                      f"({check['error']:+.0%}{kept})")
     final = summary.get("final_metrics") or {}
-    shown = {k: v for k, v in final.items() if k.startswith("eval/")} or final
+    evals = {k: v for k, v in final.items() if k.startswith("eval/")} or final
+    shown = {k: v for k, v in evals.items() if _headline(k)}
     if shown:
-        lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())))
+        more = f" ({len(evals) - len(shown)} more in summary.json)" if len(shown) < len(evals) else ""
+        lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())) + more)
     lines += [f"warning: {w}" for w in summary.get("throughput_warnings") or []]
     lines += [f"advice: {a}" for a in summary.get("advice") or []]
     return "\n".join(lines)

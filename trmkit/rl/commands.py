@@ -29,13 +29,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         s.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="continue the run in RUN_DIR from its newest valid checkpoint")
         s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
-    s = sub.add_parser("eval", help="held-out solve rate per task type, by execution")
+    s = sub.add_parser("eval", help="held-out solve rate by execution: all, without shortcuts, per type and slice")
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
-    s.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+    s.add_argument("--json", action="store_true", help="print only the JSON result on stdout (with the per-task "
+                   "results, \"solved\", for `trmkit rl compare`)")
+    s = sub.add_parser("heldout", help="rebuild the stored held-out set and check it (or --write it)")
+    s.add_argument("--write", action="store_true", help="write trmkit/rl/heldout.json from its fixed seed")
+    s = sub.add_parser("compare", help="two `rl eval --json` results on the same tasks: paired differences")
+    s.add_argument("before", help="JSON of `trmkit rl eval RUN --json` (the baseline)")
+    s.add_argument("after", help="JSON of the other run")
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"seed": run_training, "train": run_training, "eval": run_eval}[args.rl_command](args)
+    return {"seed": run_training, "train": run_training, "eval": run_eval, "heldout": run_heldout,
+            "compare": run_compare}[args.rl_command](args)
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
@@ -102,6 +109,9 @@ def run_eval(args: argparse.Namespace) -> int:
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"])
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
+    objective.eval_per_type = cfg.rl.heldout_per_type
+    log(f"rl eval: all {cfg.rl.heldout_per_type} held-out tasks per type (the run's own evaluations used the first "
+        f"{cfg.rl.eval_per_type}: rl.eval_per_type)")
     try:
         session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
         evaluate.load_weights(session, run_dir)
@@ -109,8 +119,78 @@ def run_eval(args: argparse.Namespace) -> int:
     finally:
         objective.close()
     if args.json:
+        result["solved"] = "".join("1" if r else "0" for r in objective.last_outcomes)
+        result["heldout"] = {"seed": cfg.rl.heldout_seed, "per_type": cfg.rl.heldout_per_type}
         print(json.dumps(result, indent=2))
     else:
-        for key, value in result.items():
-            print(f"{key:28s} {value:.4f}" if isinstance(value, float) else f"{key:28s} {value}")
+        print(eval_table(result, cfg.rl.heldout_seed, cfg.rl.heldout_per_type))
+    return 0
+
+
+def _cell(result: dict, name: str) -> str:
+    key = f"solve_rate/{name}" if name else "solve_rate"
+    if key not in result:
+        return "-"
+    n = result[f"samples/{name}" if name else "samples"]
+    return f"{result[key]:.3f} ± {result[key + '/se']:.3f} ({n})"
+
+
+def eval_table(result: dict, seed: int, per_type: int) -> str:
+    """The text of `trmkit rl eval`: the headline, then solve rate ± standard error (tasks) per type and slice."""
+    from trmkit.rl import heldout
+    from trmkit.rl import programs as P
+
+    cols = ("", "nontrivial", "shortcut") + heldout.SLICES
+    lines = [f"held-out set: seed {seed}, {per_type} tasks per type; shortcut tasks are left out of the headline",
+             f"{'solve_rate/nontrivial':28s} {_cell(result, 'nontrivial')}   (the headline)",
+             f"{'solve_rate':28s} {_cell(result, '')}   (all tasks)",
+             f"{'':10s}" + "".join(f"{c or 'all':>22s}" for c in cols)]
+    for kind in P.TYPES + ("",):
+        cells = [_cell(result, "/".join(x for x in (kind, c) if x)) for c in cols]
+        lines.append(f"{kind or 'all':10s}" + "".join(f"{c:>22s}" for c in cells))
+    rest = [k for k in result if not k.startswith(("solve_rate", "samples"))]
+    lines += [f"{k:28s} {result[k]:.4f}" for k in rest]
+    return "\n".join(lines)
+
+
+def run_heldout(args: argparse.Namespace) -> int:
+    """Rebuild the stored held-out set from its seed; --write stores it, else it is compared with the file."""
+    from trmkit.files import write_text
+    from trmkit.rl import heldout
+
+    items = heldout.build()
+    text = heldout.dumps(items, heldout.SEED)
+    if args.write:
+        write_text(heldout.STORED, text)
+        print(f"wrote {heldout.STORED} ({len(text):,} bytes)")
+    elif not heldout.STORED.is_file() or heldout.STORED.read_text() != text:
+        print(f"{heldout.STORED} differs from the set its seed builds: `trmkit rl heldout --write` rebuilds it")
+        return 1
+    else:
+        print(f"{heldout.STORED}: the same as the set seed {heldout.SEED} builds")
+    for key, value in heldout.shares(items).items():
+        print(f"{key:34s} {value:.3f}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Paired differences (after - before) with bootstrap standard errors, per type and slice."""
+    from trmkit.rl import heldout
+    from trmkit.rl.stats import paired_bootstrap
+
+    runs = [json.loads(Path(p).read_text()) for p in (args.before, args.after)]
+    if any("solved" not in r for r in runs) or runs[0]["heldout"] != runs[1]["heldout"]:
+        raise ConfigError("rl compare: both files must come from `trmkit rl eval RUN --json` on the same held-out set")
+    spec = runs[0]["heldout"]
+    items = heldout.for_config(spec["seed"], spec["per_type"], log=lambda m: print(m, file=sys.stderr))
+    a, b = ([c == "1" for c in r["solved"]] for r in runs)
+    if not len(a) == len(b) == len(items):
+        raise ConfigError(f"rl compare: {len(a)} and {len(b)} results for a held-out set of {len(items)} tasks")
+    print(f"{'group':28s} {'before':>7s} {'after':>7s} {'after - before':>16s} (paired bootstrap SE, tasks)")
+    for name, idx in heldout.groups(items).items():
+        if idx:
+            before, after = [a[i] for i in idx], [b[i] for i in idx]
+            diff, se = paired_bootstrap(before, after)
+            print(f"{name or 'all':28s} {sum(before) / len(idx):7.3f} {sum(after) / len(idx):7.3f}"
+                  f" {diff:+9.3f} ± {se:.3f} ({len(idx)})")
     return 0

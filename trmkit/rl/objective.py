@@ -18,30 +18,15 @@ import torch
 
 from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
+from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl.executor import Executor
 from trmkit.rl.policy import encode, sample
 from trmkit.rl.sandbox import Limits
+from trmkit.rl.stats import balanced_accuracy
 from trmkit.train.step import StepContext
 
 Log = Callable[[str], None]
-
-
-def make_heldout(cfg: Config, executor: Executor) -> list[P.CodeTask]:
-    """rl.heldout_per_type tasks per type from rl.heldout_seed, programs of 1..MAX_STATEMENTS statements
-    (longer than the seeding set's SEED_MAX_STATEMENTS), each completed by execution."""
-    rng = random.Random(cfg.rl.heldout_seed)
-    out = []
-    for kind in P.TYPES:
-        tasks, keys = [], set()
-        while len(tasks) < cfg.rl.heldout_per_type:
-            draft = [P.random_task(rng, kind, 1, P.MAX_STATEMENTS) for _ in range(cfg.rl.heldout_per_type)]
-            for t in executor.complete(draft):
-                if isinstance(t, P.CodeTask) and t.key() not in keys and len(tasks) < cfg.rl.heldout_per_type:
-                    keys.add(t.key())
-                    tasks.append(t)
-        out += tasks
-    return out
 
 
 class CodeObjective:
@@ -54,8 +39,12 @@ class CodeObjective:
         rl = cfg.rl
         self.executor = Executor(Limits(cpu_seconds=rl.sandbox_cpu_seconds, wall_seconds=rl.sandbox_wall_seconds,
                                         memory_bytes=rl.sandbox_memory_mb * 2**20), rl.cache_mb * 2**20)
-        self.heldout = make_heldout(cfg, self.executor)
+        items = heldout.for_config(rl.heldout_seed, rl.heldout_per_type, log)
+        self.heldout = [t for t, _ in items]
+        self.heldout_tags = [g for _, g in items]
         self.heldout_keys = {t.key() for t in self.heldout}
+        self.eval_per_type = rl.eval_per_type  # evaluations use the first tasks of each type (`rl eval`: all)
+        self.last_outcomes: list[bool] = []  # the latest evaluation's per-task results, in held-out order
         self.rng = random.Random(cfg.run.seed)
         self.steps, self.seconds = 0, 0.0
         self.counts: Counter[str] = Counter()
@@ -95,29 +84,42 @@ class CodeObjective:
 
     @torch.no_grad()
     def evaluate(self, model: TRM, ctx: StepContext) -> dict[str, float]:
-        """Greedy solver on the held-out tasks, its answer slots checked by execution: solve rate per type
-        and length, and the share of well-formed answers."""
+        """Greedy solver on the held-out tasks, its answer slots checked by execution: solve rates over all
+        tasks, the non-shortcut ones (the headline) and each type and slice, with standard errors
+        (rl/heldout.py); the share of well-formed answers; the critique's balanced accuracy on the
+        solver's answers."""
         model.eval()
-        right, formed = [], []
+        items = heldout.first(list(zip(self.heldout, self.heldout_tags)), self.eval_per_type)
+        right, formed, verdicts = [], [], []
         for kind in P.TYPES:
-            tasks = [t for t in self.heldout if t.kind == kind]
+            tasks = [t for t, _ in items if t.kind == kind]
             rows = [P.prompt("solve", kind, P.task_tokens(t)) for t in tasks]
-            inputs = encode(rows, len(P.VOCAB), ctx.device)
-            resp, _, _ = sample(model, inputs, P.layout("solve", kind).response, max(ctx.micro_batch, 64),
-                                ctx.autocast, greedy=True)
-            ok, parsed = self._check_solutions(tasks, resp.tolist())
+            resp = self._greedy(model, ctx, "solve", kind, rows)
+            ok, parsed = self._check_solutions(tasks, resp)
             right += ok
             formed += [p is not None for p in parsed]
-        out = {"solve_rate": float(np.mean(right)), "format_rate": float(np.mean(formed)),
-               "samples": len(self.heldout)}
-        for kind in P.TYPES:
-            sel = [r for r, t in zip(right, self.heldout) if t.kind == kind]
-            out[f"solve_rate/{kind}"] = float(np.mean(sel))
-        long = [r for r, t in zip(right, self.heldout) if len(t.program) > P.SEED_MAX_STATEMENTS]
-        short = [r for r, t in zip(right, self.heldout) if len(t.program) <= P.SEED_MAX_STATEMENTS]
+            rows = [P.prompt("critique", kind, P.task_tokens(t) + r) for t, r in zip(tasks, resp)]
+            verdicts += [{P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(r[0])
+                         for r in self._greedy(model, ctx, "critique", kind, rows)]
+        self.last_outcomes = right
+        out = heldout.summarize(right, items)
+        out["format_rate"] = float(np.mean(formed))
+        for kind in ("",) + P.TYPES:
+            sel = [i for i, (t, _) in enumerate(items) if kind in ("", t.kind)]
+            acc = balanced_accuracy([verdicts[i] for i in sel], [right[i] for i in sel])
+            if acc is not None:  # undefined when every answer is right, or every one wrong
+                out["critique/balanced_accuracy" + (f"/{kind}" if kind else "")] = acc
+        long = [r for r, (t, _) in zip(right, items) if len(t.program) > P.SEED_MAX_STATEMENTS]
+        short = [r for r, (t, _) in zip(right, items) if len(t.program) <= P.SEED_MAX_STATEMENTS]
         out[f"solve_rate/len<={P.SEED_MAX_STATEMENTS}"] = float(np.mean(short)) if short else 0.0
         out[f"solve_rate/len>{P.SEED_MAX_STATEMENTS}"] = float(np.mean(long)) if long else 0.0
         return out
+
+    def _greedy(self, model: TRM, ctx: StepContext, role: str, kind: str, rows: list[list[int]]) -> list[list[int]]:
+        inputs = encode(rows, len(P.VOCAB), ctx.device)
+        resp, _, _ = sample(model, inputs, P.layout(role, kind).response, max(ctx.micro_batch, 64),
+                            ctx.autocast, greedy=True)
+        return resp.tolist()
 
     def _check_solutions(self, tasks: list[P.CodeTask], responses: list[list[int]]
                          ) -> tuple[list[bool], list[tuple | None]]:
@@ -132,10 +134,11 @@ class CodeObjective:
         verdicts = iter(self.executor.check(items))
         return [next(verdicts) if a is not None else False for a in parsed], parsed
 
-    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS, min_len: int = 1) -> P.CodeTask:
+    def fresh_task(self, kind: str, max_len: int = P.SEED_MAX_STATEMENTS, min_len: int = 1,
+                   rng: random.Random | None = None) -> P.CodeTask:
         """A generated task of min_len..max_len statements (never a held-out one), completed by execution."""
         while True:
-            t = P.random_task(self.rng, kind, min_len, max_len)
+            t = P.random_task(rng or self.rng, kind, min_len, max_len)
             if t.key() in self.heldout_keys:
                 self.counts["generated task equal to a held-out one, drawn again"] += 1
                 continue

@@ -4,19 +4,24 @@ Each step draws generated tasks, has the executor trace them (the list after eve
 is the think part, the result the answer), and minimises -log pi(trace | task) - alpha * log
 pi(answer | task, trace). The proposer is seeded on generated tasks and the critique on right
 and corrupted solver responses, so that self-play starts from well-formed outputs in every role.
+
+rl.seed_pool = N (the scarce-label regime): every example, here and in self-play's anchor, is built
+from one of N fixed generated tasks and its executor trace, the labelled pool; the critique's
+corrupted answers are still judged by the executor (a verifier's verdict on a pool task).
 """
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
 
-from trmkit.config import TrainConfig
+from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
 from trmkit.rl import programs as P
 from trmkit.rl.chunks import Group, chunked_backward
-from trmkit.rl.objective import CodeObjective
+from trmkit.rl.objective import CodeObjective, Log
 from trmkit.rl.policy import encode
 from trmkit.train.step import Optimizers, StepContext, apply_updates, set_learning_rates
 
@@ -25,6 +30,38 @@ class SeedObjective(CodeObjective):
     """Supervised trajectory seeding from executor traces (see the module docstring)."""
 
     name = "seed"
+
+    def __init__(self, cfg: Config, log: Log = print):
+        super().__init__(cfg, log)
+        self.pool = self.make_pool(cfg.rl.seed_pool) if cfg.rl.seed_pool else []
+        self.pool_of = {k: [t for t in self.pool if t.kind == k] for k in P.TYPES}
+
+    def make_pool(self, n: int) -> list[P.CodeTask]:
+        """n distinct generated tasks whose executor traces are the only labels any SFT term sees: the
+        types drawn as `examples` draws them, from a random stream of run.seed's own (the seeding run and
+        the self-play run from it share the pool)."""
+        rng, pool, keys = random.Random(f"seed-pool/{self.cfg.run.seed}"), [], set()
+        while len(pool) < n:
+            task = self.fresh_task(P.TYPES[rng.randrange(len(P.TYPES))], rng=rng)
+            if task.key() not in keys:
+                keys.add(task.key())
+                pool.append(task)
+        spread = ", ".join(f"{sum(t.kind == k for t in pool)} {k}" for k in P.TYPES)
+        self.log(f"rl: seed_pool={n}: seeding and the anchor use only these labelled traces ({spread}; "
+                 f"run.seed={self.cfg.run.seed}'s pool)")
+        return pool
+
+    def _kind(self) -> str:
+        """A task type as the generator spreads them (with a pool: as the pool does)."""
+        if self.pool:
+            return self.pool[self.rng.randrange(len(self.pool))].kind
+        return P.TYPES[self.rng.randrange(len(P.TYPES))]
+
+    def _task(self, kind: str) -> P.CodeTask:
+        """A labelled task: from the pool when rl.seed_pool is set, else freshly generated."""
+        if self.pool:
+            return self.pool_of[kind][self.rng.randrange(len(self.pool_of[kind]))]
+        return self.fresh_task(kind)
 
     def step(self, model: TRM, opts: Optimizers, cfg: TrainConfig, ctx: StepContext,
              on_oom=None) -> dict[str, float]:
@@ -55,7 +92,7 @@ class SeedObjective(CodeObjective):
         out = []
         for _ in range(n):
             role = self.rng.choices(("solve", "propose", "critique"), weights=shares)[0]
-            kind = P.TYPES[self.rng.randrange(len(P.TYPES))]
+            kind = self._kind()
             out.append(getattr(self, f"_{role}_example")(kind))
         return out
 
@@ -78,13 +115,13 @@ class SeedObjective(CodeObjective):
         return w
 
     def _solve_example(self, kind: str):
-        task = self.fresh_task(kind)
+        task = self._task(kind)
         resp, _ = self._solution(task)
         return ("solve", kind, P.prompt("solve", kind, P.task_tokens(task)),
                 P.check_response(resp, "solve", kind), self._weights(resp, "solve", kind))
 
     def _propose_example(self, kind: str):
-        ref, task = self.fresh_task(kind), self.fresh_task(kind)
+        ref, task = self._task(kind), self._task(kind)
         resp = P.proposal_tokens(task)
         return ("propose", kind, P.prompt("propose", kind, P.task_tokens(ref)),
                 P.check_response(resp, "propose", kind), self._weights(resp, "propose", kind))
@@ -92,7 +129,7 @@ class SeedObjective(CodeObjective):
     def _critique_example(self, kind: str):
         """A right solver response, or one with its answer corrupted; the verdict is the executor's,
         the score the task's number of statements (how much it asks of the solver)."""
-        task = self.fresh_task(kind)
+        task = self._task(kind)
         resp, answer = self._solution(task)
         if self.rng.random() < 0.5:
             answer = self._corrupt(task, answer)

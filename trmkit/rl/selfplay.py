@@ -40,6 +40,7 @@ from trmkit.rl.chunks import Group, chunked_backward
 from trmkit.rl.objective import Log
 from trmkit.rl.policy import Draw, draw, encode
 from trmkit.rl.seed import SeedObjective
+from trmkit.rl.stats import balanced_accuracy
 from trmkit.train.step import Optimizers, StepContext, apply_updates, set_learning_rates
 
 
@@ -264,16 +265,20 @@ class SelfPlayObjective(SeedObjective):
             picks = [pool[self.rng.randrange(len(pool))] for _ in range(rl.critiques_per_type)]
             rows = [P.prompt("critique", kind, P.task_tokens(task) + resp) for task, resp, _ in picks]
             d = self._draw(model, ctx, "critique", kind, rows, rl.critique_samples)
-            rewards, agree = [], []
+            rewards, verdicts, truth = [], [], []
             for (_, _, correct), samples in zip(picks, d.responses.tolist()):
                 row = []
                 for r in samples:
                     verdict = {P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(r[0])
-                    agree.append(verdict == correct)
+                    verdicts.append(verdict)
+                    truth.append(correct)
                     row.append(R.critique_reward(verdict == correct, verdict is not None, rl.format_penalty))
                 rewards.append(row)
             ro.parts[("critique", kind)] = Part(rows, d, rewards, credit_mask("critique", kind))
-            ro.metrics[f"critique/agreement/{kind}"] = float(np.mean(agree))
+            ro.metrics[f"critique/agreement/{kind}"] = float(np.mean([v == t for v, t in zip(verdicts, truth)]))
+            balanced = balanced_accuracy(verdicts, truth)  # always <no> scores 0.5 here, 1 - solve rate above
+            if balanced is not None:  # undefined when every judged answer was right, or every one wrong
+                ro.metrics[f"critique/balanced_accuracy/{kind}"] = balanced
 
     def adapt_curriculum(self, ro: Rollout) -> None:
         """Longer generated programs where the solver solves most tasks, shorter where it solves few."""
@@ -336,6 +341,9 @@ class SelfPlayObjective(SeedObjective):
         for name in ("train_solve_rate", "greedy_solve_rate", "format_rate", "mixed_share"):
             m[f"solve/{name}"] = float(np.mean([m[f"solve/{name}/{k}"] for k in P.TYPES]))
         m["critique/agreement"] = float(np.mean([m[f"critique/agreement/{k}"] for k in P.TYPES]))
+        balanced = [m[f"critique/balanced_accuracy/{k}"] for k in P.TYPES if f"critique/balanced_accuracy/{k}" in m]
+        if balanced:
+            m["critique/balanced_accuracy"] = float(np.mean(balanced))
         diffs = [m[f"propose/difficulty/{k}"] for k in P.TYPES if f"propose/difficulty/{k}" in m]
         if diffs:
             m["propose/difficulty"] = float(np.mean(diffs))

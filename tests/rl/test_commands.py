@@ -1,0 +1,29 @@
+"""`trmkit rl eval`'s text: the headline, then each type and slice with its standard error;
+`trmkit rl compare`: paired differences of two evaluations on the same tasks."""
+
+import json
+
+from trmkit.rl import commands
+from trmkit.rl import heldout as H
+
+
+def test_eval_text_prints_each_type_and_slice_with_its_standard_error():
+    items = H.for_config(H.SEED, 20)
+    result = H.summarize([i % 2 == 0 for i in range(len(items))], items)
+    result["format_rate"] = 1.0
+    text = commands.eval_table(result, H.SEED, 20)
+    rows = {line.split()[0]: line for line in text.splitlines()[4:]}
+    for kind in ("deduction", "abduction", "induction", "all"):
+        assert rows[kind].count("±") >= 4, rows[kind]  # all, nontrivial, shortcut and at least one slice
+    assert f"{result['solve_rate/nontrivial']:.3f} ± {result['solve_rate/nontrivial/se']:.3f}" in text
+    assert "format_rate" in text
+
+
+def test_compare_prints_paired_differences(tmp_path, capsys):
+    spec = {"seed": H.SEED, "per_type": 2}
+    for name, solved in (("a", "000000"), ("b", "110000")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"solved": solved, "heldout": spec}))
+    args = commands.argparse.Namespace(before=str(tmp_path / "a.json"), after=str(tmp_path / "b.json"))
+    assert commands.run_compare(args) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "+0.333" in rows["all"] and "+1.000" in rows["deduction"] and "+0.000" in rows["induction"]
