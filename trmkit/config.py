@@ -74,9 +74,8 @@ class ModelConfig:
     pooled_head: bool = False  # the class logits also read the pooled positions through a linear map of their
     #                            own (a linear path beside the recursion, as a bag-of-words model reads it)
     input_linear: bool = False  # the class logits also add a linear model of the pooled positions' ids, fitted
-    #                             by the store's task before training (Task.before_training; e-mail: class-weighted
-    #                             L2 logistic regression on the training split, docs/email.md) and then frozen
-    #                             (buffers, model/input_linear.py): the recursion learns the rest
+    #                             by the store's task before training (Task.before_training; e-mail: docs/email.md)
+    #                             and then frozen (buffers, model/input_linear.py): the recursion learns the rest
     input_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
     #                              1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
     input_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
