@@ -582,3 +582,26 @@ def test_a_time_split_names_the_message_without_a_date(tmp_path: Path, capsys) -
     err = capsys.readouterr().err
     assert "1 of 25 have none" in err and str(tmp_path / "src" / "spam" / "undated") in err
     assert "--split stratified" in err and not (tmp_path / "out").exists()
+
+
+def test_test_where_puts_another_mailboxs_folders_in_test(tmp_path: Path, capsys) -> None:
+    from trmkit import cli
+
+    for folder in ("ham-1", "ham-2", "spam-1", "spam-2"):
+        (tmp_path / "src" / folder).mkdir(parents=True)
+        for i in range(10):
+            body = " ".join(f"{folder}{i * 31 + j}" for j in range(30))  # distinct: de-duplication keeps all
+            (tmp_path / "src" / folder / f"m{i}").write_bytes(mail(f"{folder} {i}", body=body))
+    (tmp_path / "map.yaml").write_text("categories: [ham, spam]\nmap: {ham-1: ham, ham-2: ham, spam-1: spam, "
+                                       "spam-2: spam}\ndefault: null\n")
+    args = ["data", "email", "--source", str(tmp_path / "src"), "--label-map", str(tmp_path / "map.yaml"),
+            "--vocab-size", "300", "--seq-len", "16", "--bag", "0"]
+    assert cli.main([*args, "--test-where=-2/", "--out", str(tmp_path / "out")]) == 0
+    where = {s: [r["where"] for r in json.loads((tmp_path / "out" / s / "messages.json").read_text())]
+             for s in ("train", "val", "test")}
+    assert len(where["test"]) == 20 and all("-2/" in w for w in where["test"])
+    assert len(where["train"]) + len(where["val"]) == 20 and not any("-2/" in w for w in where["train"] + where["val"])
+    assert json.loads((tmp_path / "out" / "train" / "meta.json").read_text())["build"]["test_where"] == "-2/"
+    capsys.readouterr()
+    assert cli.main([*args, "--test-where=-3/", "--out", str(tmp_path / "none")]) == 2  # matches nothing
+    assert "matches 0 of 40 messages' sources" in capsys.readouterr().err and not (tmp_path / "none").exists()

@@ -91,9 +91,10 @@ def rebuild_command(meta) -> str:
     """The `trmkit data email` command that builds the store of `meta` again, with the default bag."""
     b = meta.build
     parts = ["trmkit data email", f"--source {meta.source}"]
-    for key, flag in (("label_from", "--label-from"), ("label_map", "--label-map"), ("split", "--split")):
+    for key, flag in (("label_from", "--label-from"), ("label_map", "--label-map"), ("split", "--split"),
+                      ("test_where", "--test-where")):
         if b.get(key) not in (None, "", "folder", "stratified"):
-            parts.append(f"{flag} {b[key]}")
+            parts.append(f"{flag}={b[key]}" if key == "test_where" else f"{flag} {b[key]}")
     return "`" + " ".join(parts + ["--seq-len 32 --bag 1024 --out NEW_DIR`"])
 
 

@@ -86,6 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="stratified", choices=("stratified", "time", "thread", "sender"),
                    help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
                         "whole threads (subject without Re:/Fwd:) or whole senders to one split each")
+    p.add_argument("--test-where", default=None, metavar="REGEX",
+                   help="the test split is every message whose source (file path, or FILE:N in an mbox/CSV) "
+                        "matches REGEX, e.g. --test-where=-2/ for another mailbox's folders; --split divides "
+                        "the rest into train/val")
     p.add_argument("--near-duplicates", type=float, default=0.9,
                    help="Jaccard similarity above which two messages are one (0: exact duplicates only)")
     p.add_argument("--max-message-bytes", type=int, default=None, help="larger messages are truncated")
@@ -229,13 +233,41 @@ def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> d
         raise ValueError(f"--split time needs every message's Date header; {len(undated)} of "
                          f"{len(kept)} have none or an unreadable one (first: {undated[0]}): give them a Date, or "
                          "use --split stratified / thread / sender")
-    groups = [group_key(m, args.split) for m in kept] if args.split in GROUP_SPLITS else None
-    train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
-                             dates=[m.date for m in kept], by=args.split, groups=groups)
+    if getattr(args, "test_where", None):
+        train, val, test = _split_where(kept, args, log)
+    else:
+        groups = [group_key(m, args.split) for m in kept] if args.split in GROUP_SPLITS else None
+        train, val, test = split([m.label for m in kept], args.val_fraction, args.test_fraction, args.seed,
+                                 dates=[m.date for m in kept], by=args.split, groups=groups)
     log(f"split: {args.split} (seed {args.seed}): train {len(train)}, val {len(val)}, test {len(test)}")
     rows = {"train": train, "val": val, "test": test}
     check_classes_per_split(kept, rows, log)
     return rows
+
+
+def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tuple[np.ndarray, ...]:
+    """--test-where: test is every message whose `where` matches the regex (e.g. another mailbox's folder);
+    --split divides the others into train and val (no test share of their own)."""
+    import re
+
+    from trmkit.email.prepare import split
+
+    try:
+        pattern = re.compile(args.test_where)
+    except re.error as e:
+        raise ValueError(f"--test-where {args.test_where!r} is not a regular expression: {e}") from None
+    inside = np.array([bool(pattern.search(m.where)) for m in kept])
+    if inside.all() or not inside.any():
+        raise ValueError(f"--test-where {args.test_where!r} matches {int(inside.sum())} of {len(kept)} messages' "
+                         f"sources (e.g. {kept[0].where}): it must pick some messages for test and leave others")
+    rest = [m for m, t in zip(kept, inside) if not t]
+    groups = [group_key(m, args.split) for m in rest] if args.split in GROUP_SPLITS else None
+    train, val, _ = split([m.label for m in rest], args.val_fraction, 0.0, args.seed, dates=[m.date for m in rest],
+                          by=args.split, groups=groups)
+    index = np.flatnonzero(~inside)
+    log(f"split: --test-where {args.test_where!r}: {int(inside.sum())} messages to test, "
+        f"the other {len(rest)} split {args.split} into train and val")
+    return index[train], index[val], np.flatnonzero(inside)
 
 
 def check_classes_per_split(kept: list[Message], rows: dict[str, np.ndarray], log: Log) -> None:
@@ -364,7 +396,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
                   "bag_hashed": bool(bag is not None and bag.words is None),
                   "label_from": args.label_from, "label_map": args.label_map, "split": args.split,
                   "seed": args.seed, "val_fraction": args.val_fraction, "test_fraction": args.test_fraction,
-                  "near_duplicates": args.near_duplicates,
+                  "near_duplicates": args.near_duplicates, "test_where": getattr(args, "test_where", None),
                   "dataset": {k: v for k, v in data_report.items() if k != "lines"}},
     }
 
