@@ -8,11 +8,13 @@ below the CLI, which looks a task up here by name: `trmkit data NAME`, the store
 Adding a task: write its module with a `TASK = Task(...)` and list it in TASKS below; or call
 `register(task)` (tests do this with toy tasks); or, from another package, declare it as an
 entry point of the group "trmkit.tasks" (`[project.entry-points."trmkit.tasks"]
-mytask = "mypackage.task:TASK"`): the CLI calls `load_plugins()` before it lists the tasks.
+mytask = "mypackage.task:TASK"`): the CLI calls `load_plugins()` before it lists the tasks, and
+`get` calls it for a name it does not know.
 """
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 from typing import Callable, Iterable
 
@@ -30,13 +32,18 @@ def register(task: Task) -> Task:
 
 
 def get(name: str) -> Task:
-    """The task called `name`; a clear error lists the known ones."""
+    """The task called `name`; a name not built in loads the plugins first (once: a store of a plugin's task
+    is trained or evaluated from Python as from the CLI); a clear error lists the known ones."""
+    if name not in TASKS and not _PLUGINS_READ:
+        for problem in load_plugins():
+            print(f"trmkit: {problem}", file=sys.stderr)
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}: known tasks are {', '.join(sorted(TASKS))}")
     return TASKS[name]
 
 
 PLUGIN_GROUP = "trmkit.tasks"
+_PLUGINS_READ: list[bool] = []  # non-empty once the installed plugins were read
 
 
 def load_plugins(entry_points: Callable[..., Iterable] | None = None) -> list[str]:
@@ -44,6 +51,8 @@ def load_plugins(entry_points: Callable[..., Iterable] | None = None) -> list[st
     message per plugin that failed (it could not be imported, is not a Task, or takes a built-in
     task's name), naming the plugin and its package, so a broken plugin never hides the others."""
     problems = []
+    if entry_points is None:
+        _PLUGINS_READ.append(True)
     for ep in (entry_points or metadata.entry_points)(group=PLUGIN_GROUP):
         dist = getattr(ep, "dist", None)
         where = f"task plugin {ep.name} = {ep.value}" + (f" (package {dist.name})" if dist is not None else "")

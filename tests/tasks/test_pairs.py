@@ -181,6 +181,20 @@ def test_third_party_tasks_load_from_entry_points_and_a_broken_one_is_named(monk
     assert "broken" not in registry.TASKS and registry.get("sudoku") is not CLASH
 
 
+def test_get_loads_the_plugins_for_a_name_it_does_not_know(monkeypatch):
+    """A store of a plugin's task, trained or evaluated from Python (no CLI start), finds its task."""
+    from importlib import metadata
+
+    plugins = [metadata.EntryPoint("plugged", "tests.tasks.test_pairs:PLUGGED", registry.PLUGIN_GROUP)]
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [ep for ep in plugins if ep.group == group])
+    monkeypatch.setattr(registry, "TASKS", dict(registry.TASKS))
+    monkeypatch.setattr(registry, "_PLUGINS_READ", [])
+    assert "plugged" not in registry.TASKS and registry.get("plugged") is PLUGGED
+    with pytest.raises(KeyError, match="unknown task 'nothing'"):  # read once: no second load
+        registry.get("nothing")
+    assert registry._PLUGINS_READ == [True]
+
+
 def test_augmentation_only_with_the_named_symmetries_keeps_sudoku_answers_valid(tmp_path):
     _generator().main(["--num", "6", "--seed", "2", "--out", str(tmp_path / "s.jsonl")])
     quiet = dict(test_fraction=2 / 6, log=lambda m: None)
