@@ -6,21 +6,7 @@ import torch
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.email import linear_fit, nb_em
 
-VOCAB, CLASSES = 400, 3
-
-
-def _bags(rng, y: np.ndarray) -> np.ndarray:
-    """Each class leans on its own 30 ids (3 of them per message), plus 5 shared noise ids: one label per
-    class sees 3 of a class's 30 ids, the unlabelled messages link them to the rest."""
-    out = np.zeros((len(y), 8), dtype=np.int64)
-    for i, c in enumerate(y):
-        own = rng.choice(np.arange(10 + 30 * c, 40 + 30 * c), 3, replace=False)
-        out[i] = np.concatenate([own, rng.choice(np.arange(200, 400), 5, replace=False)])
-    return out
-
-
-def _accuracy(weight, bias, x, y) -> float:
-    return float(((torch.sparse.mm(x, weight) + bias).argmax(1) == torch.from_numpy(y)).float().mean())
+from tests.email.test_selftrain import CLASSES, VOCAB, _accuracy, _bags  # the same toy bags
 
 
 def test_em_on_unlabelled_bags_beats_naive_bayes_on_the_labels_alone(monkeypatch):
