@@ -126,14 +126,18 @@ def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False) -> 
 def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: Iterable[int] | str | None = None,
              vote: Iterable[int] | str | None = None, pool: str | None = None, checkpoint: int | None = None,
              limit: int | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
+             select: int | None = None, select_from: str = "noise",
              log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
-    """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..]` as a dict (the JSON the CLI prints).
+    """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..] [--select N]` as a dict (the JSON
+    the CLI prints).
 
     >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]
-    >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]"""
+    >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]
+    >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure"""
     from trmkit import hardware
     from trmkit.train import evaluate as evaluate_mod
     from trmkit.train import halting
+    from trmkit.train import select as select_mod
     from trmkit.train import testtime
     from trmkit.train.finish import memory_summary
     from trmkit.train.session import prepare
@@ -146,6 +150,8 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     if auto is not None and (counts or pool):
         raise ConfigError("--steps auto evaluates one-shot: --vote and --pool need a list of K (--steps 16,32)")
     step_list = testtime.parse_steps(_listed(steps)) if auto is None else []
+    n_select = select_mod.parse_select(select)
+    _check_select(n_select, select_from, auto, step_list)
     session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), evaluate_only=True,
                       **task_hooks(cfg, log))
     evaluate_mod.load_weights(session, run_dir, checkpoint)
@@ -156,6 +162,8 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
         else:
             result = testtime.eval_at_steps(session, step_list, limit, log=log, variants=variants, counts=counts,
                                             keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
+        if n_select and result:
+            result.update(_select(cfg, session, n_select, select_from, step_list, limit, log))
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     memory = memory_summary(session, log=log)
@@ -164,6 +172,51 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
     result["memory"] = memory
     return result
+
+
+def _check_select(n: int, source: str, auto: int | None, step_list: list[int]) -> None:
+    """`--select` runs every trajectory at one K: refused with --steps auto or a list of several K."""
+    from trmkit.train import select as select_mod
+
+    if n and auto is not None:
+        raise ConfigError("--select runs every trajectory for a fixed K: give --steps K (or none: the trained "
+                          "N_sup), not --steps auto")
+    if n and len(step_list) > 1:
+        raise ConfigError(f"--select runs every trajectory at one K: give one --steps K, not {len(step_list)}")
+    if n:
+        select_mod.plan(1, source)  # an unknown --select-from is refused before the model loads
+
+
+def _select(cfg: Config, session, n: int, source: str, step_list: list[int], limit: int | None, log: Log) -> dict:
+    """The `--select n` figures (train/select.py) at the one K of --steps (or the trained N_sup)."""
+    from trmkit.train import select as select_mod
+
+    k = step_list[0] if step_list else session.model.cfg.halt_max_steps
+    variants = _select_variants(cfg, session, n, source, log) if source != "noise" else None
+    trajectories = select_mod.plan(n, source, len(variants) if variants is not None else 1)
+    noise = "no noise" if source == "variants" else (f"noise of std {select_mod.NOISE_STD} on the initial carry of "
+                                                     f"trajectories 1..{n - 1} (seed {select_mod.NOISE_SEED})")
+    log(f"eval: --select {n} from {source} at K={k}: {noise}; the answer kept: {select_mod.RULE}; fixed choices, "
+        "not tuned (train/select.py)")
+    return select_mod.run_select(session, trajectories, k, variants, limit, log)
+
+
+def _select_variants(cfg: Config, session, n: int, source: str, log: Log):
+    """The task's variants for `--select-from variants|both`: n of them, or for `both` the most of n, n/2,
+    n/4, ... the task makes (a maze has 8 symmetries), with the reason logged."""
+    count = n
+    while True:
+        try:
+            variants = _variants(cfg, session, count, log)
+        except ConfigError:
+            if source != "both" or count == 1 or session.data.test is None:
+                raise
+            count //= 2
+            continue
+        if count < n:
+            log(f"eval: --select {n} from both: {count} variants (the most of {n}, {n}/2, ... the task makes), "
+                f"trajectory t solves variant t mod {count}")
+        return variants
 
 
 def _listed(values: Iterable[int] | str | None) -> str | None:

@@ -173,13 +173,25 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                    help="with --steps K1,K2,... and --vote N: also one vote over every variant's answer at every K "
                         "(N x len(K) ballots); `--pool every`: at every K from the smallest to the largest of --steps "
                         "(the answers between them cost one check each, no more network calls)")
+    p.add_argument("--select", type=int, default=None, metavar="N",
+                   help="also solve each example N times (1..16) and keep the answer of the trajectory whose halting "
+                        "head gives the largest final logit: no verifier, no label. Trajectory 0 is the one-shot "
+                        "run; the others start from the initial carry plus Gaussian noise (std 0.5, fixed seed) "
+                        "and/or solve the task's symmetric variants (--select-from). Runs at the one K of --steps "
+                        "(default the trained N_sup; not with --steps auto). Reported under select/... beside the "
+                        "one-shot figures, with a plurality over the N answers apart under plurality/..., each "
+                        "with its seconds. Nothing was tuned; its effect on accuracy is not measured yet")
+    p.add_argument("--select-from", default="noise", choices=["noise", "variants", "both"],
+                   help="with --select: what makes the N trajectories differ: noise in the initial carry "
+                        "(default), the task's symmetric variants (as --vote, without its rule check), or both")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
     from trmkit.api import evaluate
 
     result = evaluate(args.run_dir, args.data, steps=args.steps, vote=args.vote, pool=args.pool,
-                      checkpoint=args.checkpoint, limit=args.limit, overrides=args.overrides)
+                      checkpoint=args.checkpoint, limit=args.limit, overrides=args.overrides, select=args.select,
+                      select_from=args.select_from)
     print(json.dumps(result, indent=2))  # stdout carries only the JSON result; notes go to stderr
     return 0
 
