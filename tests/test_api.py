@@ -40,6 +40,15 @@ def test_build_train_load_and_evaluate_from_python(tmp_path):
     assert 1 <= auto["steps_used_mean"] <= auto["steps_used_max"] <= 3 and "exact_accuracy" in auto
     with pytest.raises(ConfigError, match="--steps auto evaluates one-shot"):
         again.evaluate(steps="auto", vote=[2])
+    one = again.evaluate(steps=[2], select=1, select_from="both", log=lambda m: None)  # the one-shot evaluation
+    assert one["select/N"] == 1 and one["select/chose_first"] == 1.0 and one["select/seconds"] >= 0
+    assert one["select/steps"] == 2 and one["select/samples"] == one["samples"]
+    for key in ("exact_accuracy", "cell_accuracy", "blank_accuracy"):
+        assert one[f"select/{key}"] == pytest.approx(one[key]) == pytest.approx(one[f"plurality/{key}"])
+    with pytest.raises(ConfigError, match="not --steps auto"):
+        again.evaluate(steps="auto", select=4)
+    with pytest.raises(ConfigError, match="from 1 to 16"):
+        again.evaluate(select=17)
 
 
 def test_bad_input_is_a_config_error_with_the_fix(tmp_path):

@@ -1,11 +1,14 @@
 """`eval --select N` (train/select.py): N trajectories, the halting head picks one, never the label."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.stream import Batch
+from trmkit.data.variants import Variants
 from trmkit.model.trm import TRM
 from trmkit.train import select
 from trmkit.train.evaluate import think
@@ -111,3 +114,22 @@ def test_the_noise_moves_the_trajectories_and_depends_on_the_row_not_the_batch()
     assert select.NOISE_STD == 0.5 and select.NOISE_SEED == 0
     noise = select.initial_noise(np.arange(200), 1, (7, 16))
     assert noise.shape == (200, 2, 7, 16) and abs(float(noise.std()) - 0.5) < 0.01
+
+
+class CopyModel:
+    """A fake step: answers its input, token t as t (an example's variant is answered in the variant's frame)."""
+
+    def initial_carry(self, b, device):
+        return SimpleNamespace(z_H=torch.zeros(b, 5, 1), z_L=torch.zeros(b, 5, 1))
+
+    def __call__(self, z_H, z_L, inputs, pids):
+        return z_H, z_L, torch.nn.functional.one_hot(inputs.long(), 6).float(), z_H[:, 0, 0] + 1
+
+
+def test_a_variants_answer_is_turned_back_to_the_examples_frame():
+    reverse = Variants(cells=np.array([np.arange(5), np.arange(5)[::-1]]),
+                       tokens=np.array([np.arange(6), [0, 2, 1, 3, 5, 4]]))
+    b = batch()
+    answers, q, _ = select.solve(CopyModel(), CTX, b, select.plan(2, "both", 2), 2, reverse)
+    assert np.array_equal(answers[0], b.inputs) and np.array_equal(answers[1], b.inputs)
+    assert not np.allclose(q[0], q[1])  # trajectory 1 started from a noised carry
