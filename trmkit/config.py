@@ -292,6 +292,7 @@ class RLConfig:
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
     seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
+    sft_label: str = "generator"  # abduction/induction SFT targets: the generator's answers, or "canonical" ones
     heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
     heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
     eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
@@ -308,15 +309,13 @@ class RLConfig:
         if self.attempts < 2:
             raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
         if self.proposals_per_type * self.propose_samples > self.proposer_slots():
-            raise ConfigError(f"rl.proposals_per_type x propose_samples = {self.proposals_per_type} x "
-                              f"{self.propose_samples} > {self.proposer_slots()}, the solver tasks the proposer "
-                              f"may supply (rl.proposer_share={self.proposer_share} of rl.tasks_per_type="
-                              f"{self.tasks_per_type}): lower them or raise rl.proposer_share")
-        if self.baseline not in ("group", "running"):
-            raise ConfigError(f"rl.baseline={self.baseline!r}: use 'group' or 'running'")
-        for name in ("temperature", "log_ratio_clip"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"rl.{name} must be > 0")
+            raise ConfigError(f"rl.proposals_per_type x propose_samples > rl.proposer_share x tasks_per_type = "
+                              f"{self.proposer_slots()}, the solver tasks proposals may fill: lower them or raise it")
+        for key, allowed in (("baseline", ("group", "running")), ("sft_label", ("generator", "canonical"))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+        if not min(self.temperature, self.log_ratio_clip) > 0:
+            raise ConfigError("rl.temperature and rl.log_ratio_clip must be > 0")
         if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool) < 0:
             raise ConfigError("rl.weight_*, rl.anchor_weight and rl.seed_pool must be >= 0")
 
