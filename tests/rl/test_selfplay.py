@@ -194,3 +194,51 @@ def test_the_solvers_rollout_is_one_forward_per_task(monkeypatch):
         objective.close()
     assert rows == [4, 4, 4]  # one forward per type, a row per task: 4 tasks, not 4 x 8 attempts
     assert all(p.draw.responses.shape[:2] == (4, 8) for (role, _), p in ro.parts.items() if role == "solve")
+
+
+def test_anchor_only_role_weights_zero_send_no_rl_gradient():
+    """The anchor-only arm (rl.weight_solve = weight_propose = weight_critique = 0): from the same rollout,
+    the update's gradient is exactly the anchor loss's alone; with the preset's role weights it is not."""
+    import torch
+
+    from trmkit import config as C
+    from trmkit.model.trm import TRM
+    from trmkit.rl import selfplay
+    from trmkit.rl.chunks import chunked_backward
+    from trmkit.train.step import StepContext
+
+    cfg = C.from_dict({"model": {"mixer": "attention", "hidden_size": 16, "num_heads": 2, "L_layers": 1,
+                                 "H_cycles": 1, "L_cycles": 1, "halt_max_steps": 1, "puzzle_emb_len": 0},
+                       "rl": {"proposals_per_type": 1, "propose_samples": 2, "tasks_per_type": 4,
+                              "proposer_share": 0.5, "attempts": 3, "critiques_per_type": 2, "critique_samples": 2,
+                              "heldout_per_type": 2, "buffer_size": 4, "anchor_examples": 6,
+                              "weight_solve": 0, "weight_propose": 0, "weight_critique": 0}})
+    objective = selfplay.SelfPlayObjective(cfg, log=lambda m: None)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # a tiny model: two threads on a loaded machine take 50x longer
+        torch.manual_seed(0)
+        model = TRM(C.replace(cfg, "model", **objective.model_fields()).model)
+        ctx = StepContext(micro_batch=64, ignore_label_id=-100, device=torch.device("cpu"))
+        ro = selfplay.Rollout()
+        objective.critique(model, ctx, ro, objective.solve(model, ctx, ro, objective.propose(model, ctx, ro)))
+        anchor = objective.anchor_groups("cpu")
+        policy = objective.policy_groups(ro, "cpu")
+        objective.cfg.rl = C.RLConfig(**{**vars(cfg.rl), "weight_solve": 0.7, "weight_propose": 0.15,
+                                         "weight_critique": 0.15})
+        weighted = objective.policy_groups(ro, "cpu")
+
+        def gradient(groups):
+            model.zero_grad(set_to_none=True)
+            chunked_backward(model, groups, ctx, clip=1.0)
+            return {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                    for n, p in model.named_parameters()}
+
+        alone, both, rl_on = gradient(anchor), gradient(policy + anchor), gradient(weighted + anchor)
+    finally:
+        torch.set_num_threads(threads)
+        objective.close()
+    assert len(policy) == 9 and anchor and all(g.scale == 0 for g in policy)
+    assert any(g.abs().sum() > 0 for g in alone.values())
+    assert all(torch.equal(both[n], alone[n]) for n in alone)  # exactly: the RL part adds nothing
+    assert max(float((rl_on[n] - alone[n]).abs().max()) for n in alone) > 1e-6
