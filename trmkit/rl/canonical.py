@@ -37,6 +37,7 @@ from trmkit.rl.heldout import statement_functions
 SET_LIMIT = 20_000  # abduction: the largest set of candidate lists the backward walk keeps
 WORK_LIMIT = 50_000  # abduction: the most candidate lists one backward walk may try
 DEPTH = 2  # induction: the longest program the search tries (3,906 programs at most)
+CACHE_TASKS = 50_000  # labels kept (oldest dropped first): a pool's all, fresh tasks' most recent
 Values = tuple[int, ...]
 NAMES = [name for name, _ in P.STATEMENTS]
 
@@ -67,6 +68,8 @@ class Labeler:
             return task.outputs[0]
         key = task.key()
         if key not in self.cache:
+            if len(self.cache) >= CACHE_TASKS:
+                del self.cache[next(iter(self.cache))]
             self.cache[key] = self.abduction(task) if task.kind == "abduction" else self.induction(task)
         return self.cache[key]
 
