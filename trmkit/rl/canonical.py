@@ -43,7 +43,7 @@ NAMES = [name for name, _ in P.STATEMENTS]
 
 
 class TooMany(Exception):
-    """The backward walk's candidate set passed SET_LIMIT."""
+    """The backward walk passed SET_LIMIT (one set) or WORK_LIMIT (lists tried)."""
 
 
 class Labeler:
