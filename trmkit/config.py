@@ -278,6 +278,7 @@ class RLConfig:
     anchor_weight: float = 0.5  # the seeding loss on executor traces, added to every update (0 = off)
     anchor_examples: int = 48  # seeding examples per update for the anchor
     mixed_target: float = 0.3  # the generator's curriculum keeps at least this share of tasks of mixed outcome
+    curriculum_step: float = 0.0  # > 0: min and max lengths move by it, the proposer's share grows (rl/curriculum.py)
     update_epochs: int = 2  # optimizer updates per rollout batch (w = pi_theta / pi_old moves from 1 after the first)
     lr: float = 1e-4  # self-play's learning rate (seeding uses train.lr; both warm up over train.warmup_steps)
     max_grad_norm: float = 1.0  # self-play clips the gradient's global norm to this before each update (0 = off)
@@ -292,6 +293,7 @@ class RLConfig:
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
     seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
+    sft_label: str = "generator"  # abduction/induction SFT targets: the generator's answers, or "canonical" ones
     heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
     heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
     eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
@@ -308,17 +310,15 @@ class RLConfig:
         if self.attempts < 2:
             raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
         if self.proposals_per_type * self.propose_samples > self.proposer_slots():
-            raise ConfigError(f"rl.proposals_per_type x propose_samples = {self.proposals_per_type} x "
-                              f"{self.propose_samples} > {self.proposer_slots()}, the solver tasks the proposer "
-                              f"may supply (rl.proposer_share={self.proposer_share} of rl.tasks_per_type="
-                              f"{self.tasks_per_type}): lower them or raise rl.proposer_share")
-        if self.baseline not in ("group", "running"):
-            raise ConfigError(f"rl.baseline={self.baseline!r}: use 'group' or 'running'")
-        for name in ("temperature", "log_ratio_clip"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"rl.{name} must be > 0")
-        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool) < 0:
-            raise ConfigError("rl.weight_*, rl.anchor_weight and rl.seed_pool must be >= 0")
+            raise ConfigError("rl.proposals_per_type x propose_samples > rl.proposer_share x tasks_per_type")
+        for key, allowed in (("baseline", ("group", "running")), ("sft_label", ("generator", "canonical"))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+        if not min(self.temperature, self.log_ratio_clip) > 0:
+            raise ConfigError("rl.temperature and rl.log_ratio_clip must be > 0")
+        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool,
+               self.curriculum_step) < 0:
+            raise ConfigError("rl.weight_*, rl.anchor_weight, rl.seed_pool and rl.curriculum_step must be >= 0")
 
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""

@@ -85,7 +85,8 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
     for key in ("reward/propose", "reward/solve", "reward/critique", "kl/solve", "entropy/critique",
                 "critique/agreement", "solve/train_solve_rate", "solve/greedy_solve_rate", "solve/format_rate",
                 "solve/mixed_share", "advantage/mean/solve", "kl/seed", "anchor/loss", "cache/hit_rate",
-                "curriculum/max_statements/deduction", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
+                "curriculum/max_statements/deduction", "curriculum/min_statements/abduction",
+                "curriculum/proposer_share/induction", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s"):
         assert key in step[-1], key
     assert any(h.get("kl/solve", 0) > 0 for h in step)  # the second update epoch moved off pi_old
     assert all(0 <= h["critique/balanced_accuracy"] <= 1 for h in step if "critique/balanced_accuracy" in h)
@@ -113,7 +114,7 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
     meta_b = load_checkpoint(list_checkpoints(cut)[-1]).meta["stream"]
     assert meta_a.pop("seconds") > 0 and meta_b.pop("seconds") > 0  # wall time: the one thing not replayed
     assert meta_a == meta_b  # RNG, task buffer, curriculum, schedule position (by steps here), the seed's path
-    assert sum(len(v) for v in meta_a["buffer"].values()) > 0 and set(meta_a["max_len"]) == {
+    assert sum(len(v) for v in meta_a["buffer"].values()) > 0 and set(meta_a["curriculum"]["window"]) == {
         "deduction", "abduction", "induction"} and meta_a["reference"]
 
 
@@ -194,3 +195,90 @@ def test_the_solvers_rollout_is_one_forward_per_task(monkeypatch):
         objective.close()
     assert rows == [4, 4, 4]  # one forward per type, a row per task: 4 tasks, not 4 x 8 attempts
     assert all(p.draw.responses.shape[:2] == (4, 8) for (role, _), p in ro.parts.items() if role == "solve")
+
+
+def test_anchor_only_role_weights_zero_send_no_rl_gradient():
+    """The anchor-only arm (rl.weight_solve = weight_propose = weight_critique = 0): from the same rollout,
+    the update's gradient is exactly the anchor loss's alone; with the preset's role weights it is not."""
+    import torch
+
+    from trmkit import config as C
+    from trmkit.model.trm import TRM
+    from trmkit.rl import selfplay
+    from trmkit.rl.chunks import chunked_backward
+    from trmkit.train.step import StepContext
+
+    cfg = C.from_dict({"model": {"mixer": "attention", "hidden_size": 16, "num_heads": 2, "L_layers": 1,
+                                 "H_cycles": 1, "L_cycles": 1, "halt_max_steps": 1, "puzzle_emb_len": 0},
+                       "rl": {"proposals_per_type": 1, "propose_samples": 2, "tasks_per_type": 4,
+                              "proposer_share": 0.5, "attempts": 3, "critiques_per_type": 2, "critique_samples": 2,
+                              "heldout_per_type": 2, "buffer_size": 4, "anchor_examples": 6,
+                              "weight_solve": 0, "weight_propose": 0, "weight_critique": 0}})
+    objective = selfplay.SelfPlayObjective(cfg, log=lambda m: None)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # a tiny model: two threads on a loaded machine take 50x longer
+        torch.manual_seed(0)
+        model = TRM(C.replace(cfg, "model", **objective.model_fields()).model)
+        ctx = StepContext(micro_batch=64, ignore_label_id=-100, device=torch.device("cpu"))
+        ro = selfplay.Rollout()
+        objective.critique(model, ctx, ro, objective.solve(model, ctx, ro, objective.propose(model, ctx, ro)))
+        anchor = objective.anchor_groups("cpu")
+        policy = objective.policy_groups(ro, "cpu")
+        objective.cfg.rl = C.RLConfig(**{**vars(cfg.rl), "weight_solve": 0.7, "weight_propose": 0.15,
+                                         "weight_critique": 0.15})
+        weighted = objective.policy_groups(ro, "cpu")
+
+        def gradient(groups):
+            model.zero_grad(set_to_none=True)
+            chunked_backward(model, groups, ctx, clip=1.0)
+            return {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                    for n, p in model.named_parameters()}
+
+        alone, both, rl_on = gradient(anchor), gradient(policy + anchor), gradient(weighted + anchor)
+    finally:
+        torch.set_num_threads(threads)
+        objective.close()
+    assert len(policy) == 9 and anchor and all(g.scale == 0 for g in policy)
+    assert any(g.abs().sum() > 0 for g in alone.values())
+    assert all(torch.equal(both[n], alone[n]) for n in alone)  # exactly: the RL part adds nothing
+    assert max(float((rl_on[n] - alone[n]).abs().max()) for n in alone) > 1e-6
+
+
+def test_the_moving_curriculum_sets_the_rounds_proposals_and_lengths(monkeypatch):
+    """rl.curriculum_step > 0: a type whose proposer earned its full reward gets more proposer prompts
+    (its share of the solver's tasks grew), and the generator draws from the curriculum's length window."""
+    import torch
+
+    from trmkit import config as C
+    from trmkit.model.trm import TRM
+    from trmkit.rl import selfplay
+    from trmkit.train.step import StepContext
+
+    cfg = C.from_dict({"model": {"mixer": "attention", "hidden_size": 16, "num_heads": 2, "L_layers": 1,
+                                 "H_cycles": 1, "L_cycles": 1, "halt_max_steps": 1, "puzzle_emb_len": 0},
+                       "rl": {"proposals_per_type": 1, "propose_samples": 2, "tasks_per_type": 4, "attempts": 2,
+                              "proposer_share": 0.5, "heldout_per_type": 2, "buffer_size": 4,
+                              "curriculum_step": 0.5}})
+    said = []
+    objective = selfplay.SelfPlayObjective(cfg, log=said.append)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        model = TRM(C.replace(cfg, "model", **objective.model_fields()).model)
+        ctx = StepContext(micro_batch=64, ignore_label_id=-100, device=torch.device("cpu"))
+        objective.curriculum.quality["deduction"] = 1.0  # share 0.75: 3 of 4 tasks, 2 prompts of 2 proposals
+        objective.curriculum.window["abduction"] = [2.0, 2.0]
+        drawn = []
+        real = objective.fresh_task
+        monkeypatch.setattr(objective, "fresh_task", lambda kind, hi=3, lo=1: drawn.append((kind, lo, hi))
+                            or real(kind, hi, lo))
+        ro = selfplay.Rollout()
+        objective.solve(model, ctx, ro, objective.propose(model, ctx, ro))
+    finally:
+        torch.set_num_threads(threads)
+        objective.close()
+    assert any("curriculum_step=0.5" in s for s in said)
+    assert [len(ro.parts[("propose", k)].rows) for k in ("deduction", "abduction", "induction")] == [2, 1, 1]
+    assert {(lo, hi) for kind, lo, hi in drawn if kind == "abduction"} == {(2, 2)}
+    assert {(lo, hi) for kind, lo, hi in drawn if kind == "induction"} == {(1, 3)}

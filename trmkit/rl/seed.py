@@ -8,6 +8,11 @@ and corrupted solver responses, so that self-play starts from well-formed output
 rl.seed_pool = N (the scarce-label regime): every example, here and in self-play's anchor, is built
 from one of N fixed generated tasks and its executor trace, the labelled pool; the critique's
 corrupted answers are still judged by the executor (a verifier's verdict on a pool task).
+
+rl.sft_label = canonical: the solver's (and the critique's right) abduction and induction targets are
+the canonical answers of rl/canonical.py (the output itself where it is a valid input, else the
+smallest valid input; the shortest consistent program) instead of the generator's, and the think
+slots trace the program on that input (that program on the first input). Deduction is unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
 from trmkit.rl import programs as P
+from trmkit.rl.canonical import Labeler
 from trmkit.rl.chunks import Group, chunked_backward
 from trmkit.rl.objective import CodeObjective, Log
 from trmkit.rl.policy import encode
@@ -35,6 +41,10 @@ class SeedObjective(CodeObjective):
         super().__init__(cfg, log)
         self.pool = self.make_pool(cfg.rl.seed_pool) if cfg.rl.seed_pool else []
         self.pool_of = {k: [t for t in self.pool if t.kind == k] for k in P.TYPES}
+        self.labeler = Labeler() if cfg.rl.sft_label == "canonical" else None
+        if self.labeler is not None:
+            log("rl: sft_label=canonical: abduction targets are the output where it is a valid input, else the "
+                "smallest valid input; induction targets the shortest consistent program (rl/canonical.py)")
 
     def make_pool(self, n: int) -> list[P.CodeTask]:
         """n distinct generated tasks whose executor traces are the only labels any SFT term sees: the
@@ -97,12 +107,25 @@ class SeedObjective(CodeObjective):
         return out
 
     def _solution(self, task: P.CodeTask) -> tuple[list[int], tuple[int, ...] | tuple]:
-        """The executor's trace and the answer: for abduction the input that gave the output, for
-        induction the program; the trace is the program run on the (first) input."""
-        trace = self.executor.traces([(task.program, task.inputs[0])])[0]
-        answer = task.program if task.kind == "induction" else (
-            task.inputs[0] if task.kind == "abduction" else task.outputs[0])
+        """The target response and its answer (`answer`); the think slots are the executor's trace of the
+        program that answer implies, run on the input it implies."""
+        answer = self.answer(task)
+        program = answer if task.kind == "induction" else task.program
+        start = answer if task.kind == "abduction" else task.inputs[0]
+        trace = self.executor.traces([(program, start)])[0]
         return P.solve_tokens(list(trace), P.answer_tokens(task, answer)), answer
+
+    def answer(self, task: P.CodeTask) -> tuple[int, ...]:
+        """The SFT answer: deduction's output; for abduction the generator's input and for induction its
+        program, or with rl.sft_label=canonical the canonical ones (rl/canonical.py)."""
+        if self.labeler is not None:
+            before = self.labeler.fallbacks
+            answer = self.labeler.answer(task)
+            if self.labeler.fallbacks > before:
+                self.counts["canonical abduction label: search limit, the generator's input kept"] += 1
+            return answer
+        return task.program if task.kind == "induction" else (
+            task.inputs[0] if task.kind == "abduction" else task.outputs[0])
 
     def _weights(self, response: list[int], role: str, kind: str) -> list[float]:
         lay = P.layout(role, kind)

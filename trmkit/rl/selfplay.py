@@ -18,8 +18,10 @@ TR-RPG's structure for a policy that writes all its slots at once:
      think slots); chunked in the micro-batch the planner and memory guard set (rl/chunks.py);
      log pi_old was kept from the rollout at rl.temperature, the same temperature as log pi_theta.
 
-The curriculum: per type, the generator's program lengths move up when the solver solves most of
-its tasks and down when it solves few, to keep rl.mixed_target of them of mixed outcome.
+The curriculum (rl/curriculum.py): per type, the generator's program lengths move up when the solver
+solves most of its tasks and down when it solves few, to keep rl.mixed_target of them of mixed outcome;
+with rl.curriculum_step > 0 the shortest and longest lengths both move, and the proposer's share of the
+solver's tasks grows with its 4 r (1 - r) reward.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from trmkit.model.trm import TRM
 from trmkit.rl import programs as P
 from trmkit.rl import rewards as R
 from trmkit.rl.chunks import Group, chunked_backward
+from trmkit.rl.curriculum import MAX_PROPOSER_SHARE, Curriculum
 from trmkit.rl.objective import Log
 from trmkit.rl.policy import Draw, draw, encode
 from trmkit.rl.seed import SeedObjective
@@ -84,7 +87,11 @@ class SelfPlayObjective(SeedObjective):
         self.stats = R.RunningStats()
         self.buffer: dict[str, deque] = {k: deque(maxlen=cfg.rl.buffer_size) for k in P.TYPES}
         self.buffer_keys: set[str] = set()
-        self.max_len = {k: P.SEED_MAX_STATEMENTS for k in P.TYPES}  # the generator's curriculum
+        self.curriculum = Curriculum(cfg.rl.curriculum_step, cfg.rl.mixed_target, cfg.rl.proposer_share)
+        if self.curriculum.moving:
+            log(f"rl: curriculum_step={cfg.rl.curriculum_step}: the generator's min and max statements move by it "
+                f"while fewer than {cfg.rl.mixed_target:.0%} of a type's tasks have mixed outcomes; the proposer's "
+                f"share grows from {cfg.rl.proposer_share} to {MAX_PROPOSER_SHARE} with its reward (rl/curriculum.py)")
         self.reference_path: str | None = None  # the seed run whose policy "KL to the seed" compares with
         self.reference: TRM | None = None
         for kind in P.TYPES:  # the seed buffer: generated tasks, as AZR starts from a seed program
@@ -104,7 +111,7 @@ class SelfPlayObjective(SeedObjective):
     def state_dict(self) -> dict:
         state = super().state_dict()
         state["baselines"] = self.stats.state_dict()
-        state["max_len"] = dict(self.max_len)
+        state["curriculum"] = self.curriculum.state_dict()
         state["reference"] = self.reference_path
         state["buffer"] = {k: [[t.kind, list(t.program), [list(i) for i in t.inputs], [list(o) for o in t.outputs]]
                                for t in buf] for k, buf in self.buffer.items()}
@@ -113,7 +120,10 @@ class SelfPlayObjective(SeedObjective):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.stats.load_state_dict(state["baselines"])
-        self.max_len = {k: int(v) for k, v in state.get("max_len", self.max_len).items()}
+        if "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
+        for kind, hi in state.get("max_len", {}).items():  # a checkpoint from before rl/curriculum.py
+            self.curriculum.window[kind] = [1.0, float(hi)]
         self.reference_path, self.reference = state.get("reference"), None
         self.buffer_keys = set()
         for kind, items in state["buffer"].items():
@@ -196,7 +206,10 @@ class SelfPlayObjective(SeedObjective):
         """Proposals; returns kind -> [(well formed, completed task or None)], one per sample."""
         rl, fresh = self.cfg.rl, {}
         for kind in P.TYPES:
-            refs = [self.buffer[kind][self.rng.randrange(len(self.buffer[kind]))] for _ in range(rl.proposals_per_type)]
+            n = rl.proposals_per_type  # the moving curriculum: enough prompts for the proposer's share
+            if self.curriculum.moving:
+                n = max(n, -(-self.curriculum.slots(kind, rl.tasks_per_type) // rl.propose_samples))
+            refs = [self.buffer[kind][self.rng.randrange(len(self.buffer[kind]))] for _ in range(n)]
             rows = [P.prompt("propose", kind, P.task_tokens(r)) for r in refs]
             d = self._draw(model, ctx, "propose", kind, rows, rl.propose_samples)
             drafts = [self._parse_proposal(r, kind) for r in d.responses.reshape(-1, d.responses.shape[-1]).tolist()]
@@ -227,9 +240,13 @@ class SelfPlayObjective(SeedObjective):
         """k answers per task from one forward; rewards for the solver and, from the solve rates, the proposer."""
         rl, attempts = self.cfg.rl, {}
         for kind in P.TYPES:
-            proposed = [task for _, task in fresh[kind] if task is not None][:rl.proposer_slots()]
-            tasks = proposed + [self.fresh_task(kind, self.max_len[kind])
-                                for _ in range(rl.tasks_per_type - len(proposed))]
+            valid = [task for _, task in fresh[kind] if task is not None]
+            proposed = valid[:self.curriculum.slots(kind, rl.tasks_per_type)]
+            lo, hi = self.curriculum.lengths(kind)
+            tasks = proposed + [self.fresh_task(kind, hi, lo) for _ in range(rl.tasks_per_type - len(proposed))]
+            outside = self.curriculum.outside(kind, valid)
+            if outside is not None:
+                ro.metrics[f"propose/outside_support/{kind}"] = outside
             rows = [P.prompt("solve", kind, P.task_tokens(x)) for x in tasks]
             d = self._draw(model, ctx, "solve", kind, rows, rl.attempts)
             k = rl.attempts
@@ -281,13 +298,13 @@ class SelfPlayObjective(SeedObjective):
                 ro.metrics[f"critique/balanced_accuracy/{kind}"] = balanced
 
     def adapt_curriculum(self, ro: Rollout) -> None:
-        """Longer generated programs where the solver solves most tasks, shorter where it solves few."""
+        """Longer generated programs where the solver solves most tasks, shorter where it solves few; with
+        rl.curriculum_step > 0 the proposer's share follows its reward (rl/curriculum.py)."""
         for kind in P.TYPES:
-            rate = ro.metrics[f"solve/train_solve_rate/{kind}"]
-            if ro.metrics[f"solve/mixed_share/{kind}"] < self.cfg.rl.mixed_target:
-                step = 1 if rate > 0.5 else -1
-                self.max_len[kind] = min(P.MAX_STATEMENTS, max(1, self.max_len[kind] + step))
-            ro.metrics[f"curriculum/max_statements/{kind}"] = float(self.max_len[kind])
+            rewards = [r for row in ro.parts[("propose", kind)].rewards for r in row]
+            self.curriculum.update(kind, ro.metrics[f"solve/train_solve_rate/{kind}"],
+                                   ro.metrics[f"solve/mixed_share/{kind}"], rewards)
+            ro.metrics.update(self.curriculum.metrics(kind))
 
     # ---- the update -----------------------------------------------------------------------------
 
@@ -344,9 +361,10 @@ class SelfPlayObjective(SeedObjective):
         balanced = [m[f"critique/balanced_accuracy/{k}"] for k in P.TYPES if f"critique/balanced_accuracy/{k}" in m]
         if balanced:
             m["critique/balanced_accuracy"] = float(np.mean(balanced))
-        diffs = [m[f"propose/difficulty/{k}"] for k in P.TYPES if f"propose/difficulty/{k}" in m]
-        if diffs:
-            m["propose/difficulty"] = float(np.mean(diffs))
+        for name in ("propose/difficulty", "propose/outside_support"):
+            per_type = [m[f"{name}/{k}"] for k in P.TYPES if f"{name}/{k}" in m]
+            if per_type:
+                m[name] = float(np.mean(per_type))
         anchor = [s["loss"] for key, s in stats.items() if key.startswith("anchor-")]
         if anchor:
             m["anchor/loss"] = float(torch.cat(anchor).mean())
