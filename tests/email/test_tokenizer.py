@@ -158,9 +158,9 @@ def test_layout_of_a_short_message(english_tok):
 
 def test_huge_body_keeps_subject_and_tail_and_costs_nothing(english_tok):
     body = "Start of the message. " + "filler words again " * 110_000 + "the final zebraend"  # ~2 MB
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds (all of this process's threads): a busy machine stretches wall time
     row = english_tok.encode_fields("Invoice overdue", "billing@shop.com", body, seq_len=64, tail=8)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     ids = row.tolist()
     assert len(ids) == 64 and PAD_ID not in ids  # cut: every slot used
     text = english_tok.decode(row)
@@ -206,10 +206,10 @@ def test_encode_batch_equals_encode_fields(english_tok):
 
 def test_train_on_real_turkish_texts_in_seconds():
     texts = read_turkish_texts(400)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds of every thread of this process, not the wall clock
     tok = EmailTokenizer.train(texts, vocab_size=3000)
-    seconds = time.perf_counter() - start
-    assert seconds < 15, f"training took {seconds:.1f} s"
+    seconds = time.process_time() - start
+    assert seconds < 15, f"training took {seconds:.1f} CPU seconds"
     assert 1500 < tok.vocab_size <= 3000
     for word in ("için", "ve", "bir", "üniversitesi"):
         assert len(tok.tokens(word, lang="tr")) <= 2, (word, tok.tokens(word, lang="tr"))
