@@ -33,7 +33,9 @@ import numpy as np
 import torch
 
 from trmkit.config import ConfigError
+from trmkit.data.store import META_FILE
 from trmkit.email.fewlabels import UNLABELLED
+from trmkit.email.task import MESSAGES_FILE
 from trmkit.files import atomic_write
 
 ANSWERS_FILE = "answers.jsonl"  # default place of the answers: inside the store's folder
@@ -79,14 +81,14 @@ def open_pool(store: str | Path) -> Pool:
         train = open_split(store / "train")
     except StoreError as err:
         raise ConfigError(f"{store}: not a trmkit store ({err})") from err
-    meta = json.loads((store / "train" / "meta.json").read_text())
+    meta = json.loads((store / "train" / META_FILE).read_text())
     refuse_unless_few_labels(store, meta)
     bag = int(meta.get("pooled_positions", 0))
     if not bag:
         raise ConfigError(f"{store}: its messages have no bag of n-grams, which the proposing model reads: rebuild "
                           "it with `trmkit data email ... --keep-labels K --bag 1024`")
     unlabelled = open_split(store / UNLABELLED)
-    records = json.loads((store / UNLABELLED / "messages.json").read_text())
+    records = json.loads((store / UNLABELLED / MESSAGES_FILE).read_text())
     return Pool(store=store, meta=meta, classes=list(meta["classes"]), vocab=int(meta["vocab_size"]),
                 labelled_ids=np.asarray(train.inputs)[:, -bag:],
                 labelled_y=np.asarray(train.labels)[:, 0].astype(np.int64),
@@ -96,7 +98,7 @@ def open_pool(store: str | Path) -> Pool:
 
 def refuse_unless_few_labels(store: Path, meta: dict) -> None:
     """Only a store with hidden labels has messages to label: say how to build one."""
-    if meta.get("build", {}).get("keep_labels") and (store / UNLABELLED / "meta.json").is_file():
+    if meta.get("build", {}).get("keep_labels") and (store / UNLABELLED / META_FILE).is_file():
         return
     raise ConfigError(f"{store} was built without --keep-labels: every training message has its label and there "
                       "is nothing to label. Build a store that keeps K labels per class and hides the rest: "

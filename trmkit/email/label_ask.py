@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from trmkit.config import ConfigError
+from trmkit.data.store import META_FILE
+from trmkit.email.task import MESSAGES_FILE
 from trmkit.email.label import QUIT, REFIT_EVERY, SKIP, Log, Pool, Proposal, message_key, propose, save_answer
 
 BODY_LINES = 6  # lines of the body shown per proposal
@@ -130,7 +132,7 @@ def read_csv(pool: Pool, answers: list[dict], path: Path, store_path: Path, out:
 
 def oracle_labels(pool: Pool, label_store: Path) -> dict[str, str]:
     """{message_key: label} from a store of the same source and --seed built without --keep-labels."""
-    meta = json.loads((label_store / "train" / "meta.json").read_text())
+    meta = json.loads((label_store / "train" / META_FILE).read_text())
     mine, theirs = pool.meta.get("build", {}), meta.get("build", {})
     if theirs.get("keep_labels"):
         raise ConfigError(f"--oracle {label_store}: built with --keep-labels; the oracle needs every label")
@@ -139,7 +141,7 @@ def oracle_labels(pool: Pool, label_store: Path) -> dict[str, str]:
                           f"from {pool.meta.get('source')}/{mine.get('seed')}")
     labels = {}
     for split in ("train", "val", "test"):
-        path = label_store / split / "messages.json"
+        path = label_store / split / MESSAGES_FILE
         if path.is_file():
             labels.update({message_key(r): r["label"] for r in json.loads(path.read_text())})
     return labels

@@ -32,8 +32,9 @@ def add_arguments(sub) -> None:
     s.add_argument("--out", default=None, help="with --apply: the new store's folder")
 
 
-def run(args: argparse.Namespace, read=input) -> int:
-    """`trmkit email label`: one of --apply, --answers, --csv-out, --oracle, or the terminal (`read` asks)."""
+def run(args: argparse.Namespace, read=None) -> int:
+    """`trmkit email label`: one of --apply, --answers, --csv-out, --oracle, or the terminal (`read`, by default
+    input(), asks)."""
     from trmkit.email import label, label_ask
 
     ways = [f for f in ("apply", "answers", "csv_out", "oracle") if getattr(args, f)]
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace, read=input) -> int:
     elif args.oracle:
         label_ask.oracle(pool, answers, path, args.count, Path(args.oracle))
     else:
-        label_ask.terminal(pool, answers, path, args.count, read)
+        label_ask.terminal(pool, answers, path, args.count, read or input)
     print(f"label: {len(label.answered(answers))} answers in {path}; to retrain: `trmkit email label {pool.store} "
           "--apply --out NEW_STORE`, then `trmkit train configs/email-fast.yaml data.path=NEW_STORE`")
     return 0

@@ -20,6 +20,7 @@ import numpy as np
 from trmkit.data.store import ARRAY_NAMES, META_FILE, SplitArrays, open_store, write_store
 from trmkit.email.fewlabels import UNLABELLED
 from trmkit.email.label import Log, Pool, labelled_answers
+from trmkit.email.task import MESSAGES_FILE
 
 DERIVED = ("format", "vocab_size", "seq_len", "num_examples", "num_puzzles", "num_groups", "dtypes")
 
@@ -46,7 +47,7 @@ def moved_splits(pool: Pool, given: dict[int, int]) -> tuple[SplitArrays, SplitA
     train_arrays = _split_arrays(np.concatenate([np.asarray(train.inputs), np.asarray(hidden.inputs)[moved]]),
                                  np.concatenate([np.asarray(train.labels).astype(np.int64), labels]))
     rest = _split_arrays(np.asarray(hidden.inputs)[kept], np.asarray(hidden.labels)[kept])
-    old = json.loads((pool.store / "train" / "messages.json").read_text())
+    old = json.loads((pool.store / "train" / MESSAGES_FILE).read_text())
     new = [{**pool.records[r], "label": pool.classes[given[r]], "answered": True} for r in moved]
     return train_arrays, rest, old + new, [pool.records[r] for r in kept]
 
@@ -68,7 +69,7 @@ def apply_answers(pool: Pool, answers: list[dict], answers_file: Path, out: Path
             s = open_store(pool.store)[name]
             splits[name] = SplitArrays(**{k: np.asarray(getattr(s, k)) for k in ARRAY_NAMES})
     splits["train"], splits[UNLABELLED] = train, rest
-    extras["train"]["messages.json"], extras[UNLABELLED]["messages.json"] = train_records, rest_records
+    extras["train"][MESSAGES_FILE], extras[UNLABELLED][MESSAGES_FILE] = train_records, rest_records
     meta = {k: v for k, v in pool.meta.items() if k not in DERIVED}
     few = dict(meta["build"]["keep_labels"])
     per_class = Counter(pool.classes[c] for c in given.values())
