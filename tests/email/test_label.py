@@ -55,7 +55,7 @@ def test_proposals_never_include_answered_or_skipped_messages(few):
     pool = label.open_pool(few)
     path, answers = label.answers_path(few, None), []
     first = label.propose(pool, answers, 3, log=lambda s: None)
-    assert len(first) == 3 and [p.margin for p in first] == sorted(p.margin for p in first)
+    assert len(first) == 3 and [p.score for p in first] == sorted((p.score for p in first), reverse=True)
     label.save_answer(path, answers, pool, first[0].row, "spam", "test")
     label.save_answer(path, answers, pool, first[1].row, None, "test")  # a skip
     rest = label.propose(pool, answers, len(pool.records), log=lambda s: None)

@@ -25,7 +25,7 @@ from trmkit.email.label import QUIT, REFIT_EVERY, SKIP, Log, Pool, Proposal, mes
 
 BODY_LINES = 6  # lines of the body shown per proposal
 LINE_CHARS = 100
-CSV_COLUMNS = ("key", "rank", "margin", "guess", "subject", "sender", "body", "label")
+CSV_COLUMNS = ("key", "rank", "score", "margin", "guess", "subject", "sender", "body", "label")
 
 
 def body_lines(body: str, n: int = BODY_LINES) -> list[str]:
@@ -36,7 +36,8 @@ def body_lines(body: str, n: int = BODY_LINES) -> list[str]:
 
 def show(pool: Pool, p: Proposal, rank: int, out: Log) -> None:
     r = pool.records[p.row]
-    out(f"\n--- #{rank}  model's guess: {pool.classes[p.guess]} (margin {p.margin:.2f}; smaller is less sure)")
+    out(f"\n--- #{rank}  model's guess: {pool.classes[p.guess]} (margin {p.margin:.2f}: smaller is less sure; "
+        f"score {p.score:.3f})")
     out(f"Subject: {r['subject']}")
     out(f"From:    {r['sender']}")
     for line in body_lines(r["body"]):
@@ -100,8 +101,8 @@ def write_csv(pool: Pool, proposals: list[Proposal], path: Path) -> None:
     writer.writerow(CSV_COLUMNS)
     for rank, p in enumerate(proposals, 1):
         r = pool.records[p.row]
-        writer.writerow([pool.keys[p.row], rank, f"{p.margin:.3f}", pool.classes[p.guess], r["subject"],
-                         r["sender"], "\n".join(body_lines(r["body"])), ""])
+        writer.writerow([pool.keys[p.row], rank, f"{p.score:.4f}", f"{p.margin:.3f}", pool.classes[p.guess],
+                         r["subject"], r["sender"], "\n".join(body_lines(r["body"])), ""])
     atomic_write(path, buf.getvalue())
 
 
