@@ -73,8 +73,12 @@ def test_each_answer_is_on_disk_before_the_next_prompt_and_ctrl_c_keeps_them(few
         except StopIteration:
             raise KeyboardInterrupt from None
 
-    assert label_ask.terminal(pool, answers, path, 10, read, out=lambda s: None) == 3
+    shown = []
+    assert label_ask.terminal(pool, answers, path, 10, read, out=shown.append) == 3
     assert seen == [0, 1, 1, 2, 3]  # the typo asked again; each answer saved before the next question
+    first = pool.records[answers[0]["row"]]
+    assert f"Subject: {first['subject']}" in shown and f"From:    {first['sender']}" in shown
+    assert f"  | {label_ask.body_lines(first['body'])[0]}" in shown and any("not an answer" in s for s in shown)
     assert [a["label"] for a in lines(path)] == ["ham", "spam", None]
     # a rerun through the CLI resumes: the three answered messages are not shown again
     done = {a["key"] for a in lines(path)}
