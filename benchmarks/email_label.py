@@ -79,13 +79,16 @@ def chosen(work: Path, store: Path, full: Path, count: int) -> Path:
     return out
 
 
-def random(work: Path, store: Path, full: Path, count: int, draw: int) -> Path:
+def random(work: Path, store: Path, full: Path, count: int, seed: int, draw: int) -> Path:
+    """A store with `count` random answers; the draw is seeded by (the store's seed, draw): unlabelled rows
+    are in the mailbox's order (its folders), so one row draw for every seed would give each seed the
+    same mix of classes."""
     answers, out = work / f"{store.name}-random{draw}.jsonl", work / f"{store.name}-random{draw}"
     if not (out / "test").is_dir():
         answers.unlink(missing_ok=True)
         pool, saved = open_pool(store), []
         truth = oracle_labels(pool, full)
-        for row in random_rows(pool, [], count, seed=draw):
+        for row in random_rows(pool, [], count, seed=[seed, draw]):
             save_answer(answers, saved, pool, row, truth[pool.keys[row]], "random")
         apply_answers(pool, saved, answers, out, log=lambda line: None)
     return out
@@ -94,7 +97,7 @@ def random(work: Path, store: Path, full: Path, count: int, draw: int) -> Path:
 def one_seed(args: argparse.Namespace, seed: int) -> dict:
     store, full = build(args.work, seed, args.keep), build(args.work, seed, None)
     stores = {"start": store, "chosen": chosen(args.work, store, full, args.count)}
-    stores.update({f"random{d}": random(args.work, store, full, args.count, d) for d in range(args.random_draws)})
+    stores.update({f"random{d}": random(args.work, store, full, args.count, seed, d) for d in range(args.random_draws)})
     row = {name: {"nb_em": nb_em_f1(s)} for name, s in stores.items()}
     if args.trmkit:
         for name, s in stores.items():

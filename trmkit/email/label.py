@@ -216,7 +216,7 @@ def propose(pool: Pool, answers: list[dict], count: int, log: Log = print) -> li
     return [Proposal(int(r), float(score[r]), float(margin[r]), int(guess[r])) for r in order]
 
 
-def random_rows(pool: Pool, answers: list[dict], count: int, seed: int) -> list[int]:
+def random_rows(pool: Pool, answers: list[dict], count: int, seed: int | list[int]) -> list[int]:
     """`count` unanswered rows drawn at random (the benchmark's comparison)."""
     done = answered(answers)
     open_rows = np.array([i for i, k in enumerate(pool.keys) if k not in done], dtype=np.int64)
