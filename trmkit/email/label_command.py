@@ -16,7 +16,11 @@ from trmkit.files import UnsafeTargetError, check_output
 def add_arguments(sub) -> None:
     s = sub.add_parser("label", help="label the messages that help most (a --keep-labels store): in the terminal "
                                      "or a CSV round-trip, each answer saved at once; --apply writes a store to "
-                                     "retrain on")
+                                     "retrain on",
+                       description="Proposes unlabelled messages of a --keep-labels store, the most informative first "
+                                   "(the rule: email/label.py, printed at the start), and saves each answer at once "
+                                   "to STORE/answers.jsonl: Ctrl-C loses none, a rerun resumes. Then --apply --out "
+                                   "NEW_STORE and `trmkit train configs/email-fast.yaml data.path=NEW_STORE`.")
     s.add_argument("store", help="an e-mail store built with `trmkit data email --keep-labels K`")
     s.add_argument("--count", type=int, default=20, help="messages to propose (default 20)")
     s.add_argument("--answers-jsonl", default=None, metavar="PATH",
