@@ -154,8 +154,11 @@ def labelled_answers(pool: Pool, answers: list[dict], log: Log = print) -> dict[
     for key, label in answered(answers).items():
         if key not in rows:
             foreign += 1
-        elif label is not None:
+        elif label in pool.classes:
             out[rows[key]] = pool.classes.index(label)
+        elif label is not None:
+            raise ConfigError(f"an answer for message {key} is {label!r}, which is not a class of {pool.store} "
+                              f"({', '.join(pool.classes)}): correct or remove that line of the answers file")
     if foreign:
         log(f"label: {foreign} saved answer(s) name messages this store's unlabelled split does not hold: ignored")
     return out
