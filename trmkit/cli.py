@@ -408,7 +408,7 @@ COMMANDS = {
     "data": ("build a data store", _add_data, _run_data),
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
-    "email": ("classify e-mail with a trained run: predict, export, serve, baseline", _add_email, _run_email),
+    "email": ("e-mail: predict, sort, export, serve, baseline, weak-label, label", _add_email, _run_email),
     "predict": ("answer new inputs with a run trained on `trmkit data pairs`", _add_predict, _run_predict),
     "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),

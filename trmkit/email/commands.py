@@ -1,4 +1,5 @@
-"""`trmkit email predict | sort | export | serve | weak-label | baseline` (the CLI dispatches here; docs/email.md)."""
+"""`trmkit email predict | sort | export | serve | weak-label | baseline | label` (the CLI dispatches here;
+docs/email.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from trmkit import rundir
 from trmkit.config import ConfigError
+from trmkit.email import label_command
 from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
@@ -56,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--run", default=None, help="a run trained on it: print its test metrics beside")
     s.add_argument("--out", default=None, help="write the JSON result (every prediction) to this file, atomically, "
                                                "instead of standard output; the table goes to standard error")
+    label_command.add_arguments(sub)
 
 
 def _add_predict(sub) -> None:
@@ -79,7 +82,8 @@ def _add_predict(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return {"predict": run_predict, "sort": run_sort, "export": run_export, "serve": run_serve,
-            "baseline": run_baseline, "weak-label": run_weak_label}[args.email_command](args)
+            "baseline": run_baseline, "weak-label": run_weak_label,
+            "label": label_command.run}[args.email_command](args)
 
 
 def _stderr(line: str) -> None:
@@ -429,3 +433,4 @@ def side_by_side(result: dict, classes: list[str]) -> str:
     if small:
         lines.append(f"WARNING: fewer than {SMALL_CLASS} test messages in {', '.join(small)}: their F1 is noise-level")
     return "\n".join(lines)
+
