@@ -212,15 +212,18 @@ def informativeness(pool: Pool, weight: torch.Tensor, bias: torch.Tensor
 
 def propose(pool: Pool, answers: list[dict], count: int, log: Log = print) -> list[Proposal]:
     """The `count` unanswered (and unskipped) unlabelled messages of the highest score, highest first."""
-    done = answered(answers)
     score, margin, guess = informativeness(pool, *fit_model(pool, labelled_answers(pool, answers, log), log))
-    open_rows = np.array([i for i, k in enumerate(pool.keys) if k not in done], dtype=np.int64)
+    open_rows = unanswered_rows(pool, answers)
     order = open_rows[np.lexsort((open_rows, -score.numpy()[open_rows]))][:count]
     return [Proposal(int(r), float(score[r]), float(margin[r]), int(guess[r])) for r in order]
 
 
 def random_rows(pool: Pool, answers: list[dict], count: int, seed: int | list[int]) -> list[int]:
     """`count` unanswered rows drawn at random (the benchmark's comparison)."""
+    return np.random.default_rng(seed).permutation(unanswered_rows(pool, answers))[:count].tolist()
+
+
+def unanswered_rows(pool: Pool, answers: list[dict]) -> np.ndarray:
+    """The unlabelled rows with no answer and no skip, in row order."""
     done = answered(answers)
-    open_rows = np.array([i for i, k in enumerate(pool.keys) if k not in done], dtype=np.int64)
-    return np.random.default_rng(seed).permutation(open_rows)[:count].tolist()
+    return np.array([i for i, k in enumerate(pool.keys) if k not in done], dtype=np.int64)

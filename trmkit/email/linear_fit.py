@@ -152,14 +152,14 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
     if cfg.input_linear_folds:
         raise ConfigError("model.input_linear_unlabelled=em fits one model over every message and has no folds: "
                           "train with model.input_linear_folds=0")
-    weight, bias = nb_em.fit(multi_hot(ids, cfg.vocab_size), y, multi_hot(unlabelled, cfg.vocab_size),
-                             cfg.num_classes, cfg.vocab_size, log)
+    x = multi_hot(ids, cfg.vocab_size)
+    weight, bias = nb_em.fit(x, y, multi_hot(unlabelled, cfg.vocab_size), cfg.num_classes, cfg.vocab_size, log)
     with torch.no_grad():
         model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
         model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
         if cfg.input_linear_weighting != "binary":
             model.input_linear_use_idf.fill_(0.0)
-    accuracy = float(((torch.sparse.mm(multi_hot(ids, cfg.vocab_size), weight) + bias).argmax(1) == y).float().mean())
+    accuracy = float(((torch.sparse.mm(x, weight) + bias).argmax(1) == y).float().mean())
     return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start, "weighting": "binary", "c": 0.0}
 
 

@@ -48,20 +48,26 @@ def fit(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor, classes: int, v
     resp_l = torch.nn.functional.one_hot(y_l, classes).float()
     lam = UNLABELLED_WEIGHT * len(y_l) / max(1, x_u.shape[0])
     weight, bias = _m_step(x_l, resp_l, None, None, lam, vocab)
-    moved = []
-    for _ in range(ITERATIONS):
-        resp_u = torch.softmax(torch.sparse.mm(x_u, weight) + bias, dim=1)
-        before = resp_u.argmax(1)
+    resp_u = _e_step(x_u, weight, bias)
+    answers, moved = resp_u.argmax(1), []
+    for _ in range(ITERATIONS):  # each round's E-step is also the next round's start
         weight, bias = _m_step(x_l, resp_l, x_u, resp_u, lam, vocab)
-        moved.append(int((torch.softmax(torch.sparse.mm(x_u, weight) + bias, 1).argmax(1) != before).sum()))
+        resp_u = _e_step(x_u, weight, bias)
+        moved.append(int((resp_u.argmax(1) != answers).sum()))
+        answers = resp_u.argmax(1)
     weight, bias = weight - weight.mean(1, keepdim=True), bias - bias.mean()  # the same posterior, centred
     weight[0] = 0.0
-    share = torch.bincount((torch.sparse.mm(x_u, weight) + bias).argmax(1), minlength=classes).tolist()
+    share = torch.bincount(answers, minlength=classes).tolist()
     log(f"model: input_linear by naive Bayes with EM on {len(y_l)} labelled and {x_u.shape[0]} unlabelled "
         f"messages (each unlabelled one weighs {lam:.4f}: {UNLABELLED_WEIGHT:g}x the labelled in all; alpha "
         f"{ALPHA:g}; {ITERATIONS} rounds, answers changed per round {moved}; the unlabelled messages now fall "
         f"{'/'.join(map(str, share))} per class; {time.perf_counter() - start:.1f} s)")
     return weight, bias
+
+
+def _e_step(x_u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """P(c | message) of each unlabelled message (rows, classes)."""
+    return torch.softmax(torch.sparse.mm(x_u, weight) + bias, dim=1)
 
 
 def _m_step(x_l: torch.Tensor, resp_l: torch.Tensor, x_u: torch.Tensor | None, resp_u: torch.Tensor | None,
