@@ -32,7 +32,7 @@ from itertools import permutations, product
 from math import factorial, prod
 
 from trmkit.rl import programs as P
-from trmkit.rl.heldout import statement_functions
+from trmkit.rl.heldout import Searcher
 
 SET_LIMIT = 20_000  # abduction: the largest set of candidate lists the backward walk keeps
 WORK_LIMIT = 50_000  # abduction: the most candidate lists one backward walk may try
@@ -46,21 +46,15 @@ class TooMany(Exception):
     """The backward walk passed SET_LIMIT (one set) or WORK_LIMIT (lists tried)."""
 
 
-class Labeler:
+class Labeler(Searcher):
     """Canonical answers (module docstring), cached per task: a pool's labels are computed once."""
 
     def __init__(self) -> None:
-        self.fns = statement_functions()
+        super().__init__()
         self.digit = [[tuple(f([u]))[0] if f([u]) else None for u in range(10)] for f in self.fns]
         self.cache: dict[str, Values] = {}
         self.fallbacks = 0  # abduction labels left at the generator's input (a limit reached)
         self.work = 0  # candidate lists tried by the current backward walk
-
-    def run(self, program, values) -> Values:
-        x = list(values)
-        for s in program:
-            x = self.fns[s](x)
-        return tuple(x)
 
     def answer(self, task: P.CodeTask):
         """The canonical answer: the output (deduction), an input (abduction), a program (induction)."""
@@ -143,18 +137,5 @@ class Labeler:
     # ---- induction --------------------------------------------------------------------------------
 
     def induction(self, task: P.CodeTask) -> tuple[int, ...]:
-        goal = task.outputs
-        frontier = [((), tuple(task.inputs))]
-        seen = {frontier[0][1]}
-        for _ in range(min(DEPTH, len(task.program))):
-            nxt = []
-            for prog, state in frontier:
-                for s, f in enumerate(self.fns):
-                    after = tuple(tuple(f(list(x))) for x in state)
-                    if after == goal:
-                        return prog + (s,)
-                    if after not in seen:
-                        seen.add(after)
-                        nxt.append((prog + (s,), after))
-            frontier = nxt
-        return task.program
+        bound = min(DEPTH, len(task.program))
+        return self.shortest_program(tuple(task.inputs), task.outputs, bound) or task.program

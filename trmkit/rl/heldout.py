@@ -123,21 +123,27 @@ class Searcher:
 
     def shortest(self, starts: State, goals: State) -> int:
         """The fewest statements that map every start to its goal (BOUND + 1: none within BOUND)."""
-        frontier, seen = {starts}, {starts}
         if starts == goals:
             return 0
-        for d in range(1, BOUND + 1):
-            nxt = set()
-            for state in frontier:
-                for f in self.fns:
-                    s = tuple(tuple(f(list(x))) for x in state)
-                    if s == goals:
-                        return d
-                    if s not in seen:
-                        seen.add(s)
-                        nxt.add(s)
+        program = self.shortest_program(starts, goals, BOUND)
+        return BOUND + 1 if program is None else len(program)
+
+    def shortest_program(self, starts: State, goals: State, bound: int) -> tuple[int, ...] | None:
+        """The first program of 1..bound statements, breadth first with statements in order (so the
+        shortest, then the lexicographically smallest), that maps every start to its goal; None if none."""
+        frontier, seen = [((), starts)], {starts}
+        for _ in range(bound):
+            nxt = []
+            for prog, state in frontier:
+                for s, f in enumerate(self.fns):
+                    after = tuple(tuple(f(list(x))) for x in state)
+                    if after == goals:
+                        return prog + (s,)
+                    if after not in seen:
+                        seen.add(after)
+                        nxt.append((prog + (s,), after))
             frontier = nxt
-        return BOUND + 1
+        return None
 
     def inverse_depth(self, program, out: tuple[int, ...]) -> int:
         """The fewest statements that turn `out` into an input the program maps to `out`."""
