@@ -25,7 +25,7 @@ from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
 from trmkit.train.resume import restore_best, resume_if_possible, save_state
-from trmkit.train.session import Clock, Session, data_identity
+from trmkit.train.session import Clock, Session, chooses_by_held_out, data_identity
 from trmkit.train.signals import graceful_stop
 from trmkit.train.step import train_step
 from trmkit.train.timefit import TimeFit
@@ -116,7 +116,7 @@ def _say_what_needs_val(s: Session, log: Log) -> None:
     t = s.cfg.train
     needs = [f"train.early_stop_evals={t.early_stop_evals}"] * bool(t.early_stop_evals)
     needs += ["train.restore_best=true"] * t.restore_best
-    if needs and s.data.val is None and s.objective is None:
+    if needs and not chooses_by_held_out(s):
         log(f"train: {' and '.join(needs)} off: the store has no validation split, and choosing on the test "
             "split would report a number picked on it; the run trains to its end and keeps its last weights")
 
@@ -201,8 +201,8 @@ def _evaluate_in_loop(s: Session, clock: Clock, out: Monitors, log: Log) -> tupl
     step = s.state.step
     out.progress.close()
     evals = _periodic_eval(s, clock, out.loggers, log)  # the same result on every process
-    stop_early = s.data.val is not None and _early_stop(s.cfg.train, s.best, log)  # never on the test split
-    saved = s.best["step"] == step and s.cfg.train.restore_best and s.data.val is not None
+    stop_early = chooses_by_held_out(s) and _early_stop(s.cfg.train, s.best, log)  # never on the test split
+    saved = s.best["step"] == step and s.cfg.train.restore_best and chooses_by_held_out(s)
     if saved:
         _timed_save(s, clock, evals, log)  # the best's weights stay on disk to restore
     return evals, stop_early, saved

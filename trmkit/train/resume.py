@@ -20,7 +20,7 @@ from trmkit.train import checkpoint
 from trmkit.train import distributed as dist_mod
 from trmkit.plan import Plan
 from trmkit.train import state as state_mod
-from trmkit.train.session import Session
+from trmkit.train.session import Session, chooses_by_held_out
 
 
 Log = Callable[[str], None]
@@ -120,8 +120,8 @@ def restore_best(s: Session, log: Log) -> bool:
     Returns whether the weights changed."""
     if not s.cfg.train.restore_best or s.best["step"] in (None, s.state.step):
         return False
-    if s.data.val is None:  # a best by the test split would report a number chosen on it (said at the start:
-        return False        # loop._say_what_needs_val)
+    if not chooses_by_held_out(s):  # a best by the test split would report a number chosen on it (said at the
+        return False                   # start: loop._say_what_needs_val)
     path = checkpoint.best_checkpoint(s.cfg.run.dir)
     ckpt = checkpoint.load_checkpoint(path) if path is not None else None
     if ckpt is None or ckpt.meta["step"] != s.best["step"]:

@@ -107,7 +107,7 @@ def solve(model, ctx: StepContext, batch, trajectories: list[Trajectory], k: int
     """Each trajectory's answer after k supervision steps, in the example's own frame, (N, b, L); its
     final halting logit (N, b); its seconds. Reads the batch's inputs, puzzle ids and rows, never its labels."""
     inputs = np.asarray(batch.inputs)
-    rows = batch.rows if batch.rows is not None else np.arange(len(inputs))
+    rows = batch.rows  # evaluation batches always name their rows: the noise is seeded by them
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
     answers, qs, seconds = [], [], []
     for t, traj in enumerate(trajectories):

@@ -89,6 +89,13 @@ class Session:
         return self.objective if self.objective is not None else self.data.stream
 
 
+def chooses_by_held_out(s: Session) -> bool:
+    """Whether evaluations may choose (early stop, best checkpoint): they run on a validation split, or on
+    an objective's own held-out tasks; a store without val/ evaluates on its test split, where a choice
+    would report a number picked on it."""
+    return s.data.val is not None or s.objective is not None
+
+
 @dataclass
 class Clock:
     """Wall-time bookkeeping of one session of a run."""
