@@ -44,6 +44,7 @@ from trmkit.data.variants import Variants
 from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
 from trmkit.train.step import StepContext, labels_to_tensor
+from trmkit.train.testtime import count_answers, new_totals, rates
 
 if TYPE_CHECKING:
     from trmkit.data.store import Split
@@ -215,31 +216,17 @@ class _Score:
 
     def __init__(self, ctx: StepContext, scorer, split: Split) -> None:
         self.ctx, self.blank_id = ctx, split.meta.blank_id
-        self.t = dict(right=0, valid=0, blank_right=0, blank=0, exact=0, n=0, seconds=0.0)
+        self.t = new_totals()
         self.scorer = scorer(split) if scorer is not None else None
 
     def add(self, batch, answers: np.ndarray, q_halt: np.ndarray, seconds: float) -> None:
         ctx, t = self.ctx, self.t
         labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device, batch.inputs,
                                   ctx.given_tokens).cpu().numpy()[:, :answers.shape[1]]
-        scored = labels >= 0
-        right = (answers == labels) & scored
-        t["right"] += int(right.sum())
-        t["valid"] += int(scored.sum())
-        t["exact"] += int((right | ~scored).all(1).sum())
-        t["n"] += len(answers)
+        count_answers(t, answers, labels, np.asarray(batch.inputs), self.blank_id)
         t["seconds"] += seconds
-        if self.blank_id is not None:
-            blank = (np.asarray(batch.inputs)[:, :labels.shape[1]] == self.blank_id) & scored
-            t["blank_right"] += int((right & blank).sum())
-            t["blank"] += int(blank.sum())
         if self.scorer is not None:
             self.scorer.add(batch, answers, q_halt)
 
     def result(self) -> dict:
-        t = self.t
-        r = {"exact_accuracy": t["exact"] / max(1, t["n"]), "cell_accuracy": t["right"] / max(1, t["valid"])}
-        if self.blank_id is not None:
-            r["blank_accuracy"] = t["blank_right"] / max(1, t["blank"])
-        r.update(samples=t["n"], seconds=round(t["seconds"], 2))
-        return {**r, **(self.scorer.result() if self.scorer is not None else {})}
+        return {**rates(self.t, self.blank_id), **(self.scorer.result() if self.scorer is not None else {})}

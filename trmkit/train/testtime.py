@@ -224,7 +224,7 @@ class _Tally:
 
     def __init__(self, counts: list[int], ctx: StepContext, scorer, split: Split) -> None:
         self.counts, self.ctx, self.blank_id = counts, ctx, split.meta.blank_id
-        self.totals = {n: dict(right=0, valid=0, blank_right=0, blank=0, exact=0, n=0, seconds=0.0) for n in counts}
+        self.totals = {n: new_totals() for n in counts}
         self.scorers = {n: scorer(split) if scorer is not None else None for n in counts}
 
     def add(self, batch, probs: list[np.ndarray], q_halt: np.ndarray, seconds: list[float],
@@ -240,16 +240,7 @@ class _Tally:
                            variants.prefer)  # (b, L)
             t = self.totals[n]
             t["seconds"] += sum(seconds[:n]) + checking * n / len(probs) + time.perf_counter() - t0
-            scored = labels >= 0
-            right = (answers[:, :labels.shape[1]] == labels) & scored
-            t["right"] += int(right.sum())
-            t["valid"] += int(scored.sum())
-            t["exact"] += int((right | ~scored).all(1).sum())
-            t["n"] += len(inputs)
-            if self.blank_id is not None:
-                blank = (inputs[:, :labels.shape[1]] == self.blank_id) & scored
-                t["blank_right"] += int((right & blank).sum())
-                t["blank"] += int(blank.sum())
+            count_answers(t, answers[:, :labels.shape[1]], labels, inputs, self.blank_id)
             if self.scorers[n] is not None:
                 self.scorers[n].add(batch, answers, q_halt)
 
@@ -262,12 +253,39 @@ class _Tally:
     def result(self) -> dict[int, dict]:
         out = {}
         for n, t in self.totals.items():
-            r = {"exact_accuracy": t["exact"] / max(1, t["n"]), "cell_accuracy": t["right"] / max(1, t["valid"])}
-            if self.blank_id is not None:
-                r["blank_accuracy"] = t["blank_right"] / max(1, t["blank"])
-            r["samples"] = t["n"]
-            r["seconds"] = round(t["seconds"], 2)
+            r = rates(t, self.blank_id)
             if self.scorers[n] is not None:
                 r.update(self.scorers[n].result())
             out[n] = r
         return out
+
+
+def new_totals() -> dict:
+    """The counts one way of answering adds up over an evaluation (count_answers, rates)."""
+    return dict(right=0, valid=0, blank_right=0, blank=0, exact=0, n=0, seconds=0.0)
+
+
+def count_answers(t: dict, answers: np.ndarray, labels: np.ndarray, inputs: np.ndarray, blank_id: int | None
+                  ) -> None:
+    """Add one batch to the totals t: answers and labels (b, L), a label < 0 not scored; blank cells
+    (inputs == blank_id) counted apart."""
+    scored = labels >= 0
+    right = (answers == labels) & scored
+    t["right"] += int(right.sum())
+    t["valid"] += int(scored.sum())
+    t["exact"] += int((right | ~scored).all(1).sum())
+    t["n"] += len(answers)
+    if blank_id is not None:
+        blank = (inputs[:, :labels.shape[1]] == blank_id) & scored
+        t["blank_right"] += int((right & blank).sum())
+        t["blank"] += int(blank.sum())
+
+
+def rates(t: dict, blank_id: int | None) -> dict:
+    """exact / cell (/ blank) accuracy, samples and seconds of the totals t."""
+    r = {"exact_accuracy": t["exact"] / max(1, t["n"]), "cell_accuracy": t["right"] / max(1, t["valid"])}
+    if blank_id is not None:
+        r["blank_accuracy"] = t["blank_right"] / max(1, t["blank"])
+    r["samples"] = t["n"]
+    r["seconds"] = round(t["seconds"], 2)
+    return r
