@@ -6,37 +6,52 @@
 #   4. the held-out solve rate (by execution) of all three, and the mean over the seeds: the headline is
 #      solve_rate/nontrivial (shortcut tasks left out, docs/rl.md); then self-play - control per seed,
 #      paired on the same tasks, with its bootstrap standard error (`trmkit rl compare`).
-# The two arms of a seed run one after the other on all cores, or with PARALLEL=1 side by side
-# with one thread each (the same resources for both, half the wall time).
+# EXTRA holds overrides given to every run: the scarce-label regime is
+#   EXTRA="rl.seed_pool=1000 rl.pool_val=100" (the seed, the control and self-play's anchor see only the
+#   pool's 900 labelled traces; every run's evaluations, hence its best checkpoint, score the pool's other 100).
+# With PARALLEL=1 two runs go side by side with one thread each (the seeds of two run seeds, then a
+# seed's two arms: the same resources for both, half the wall time); else one after the other on all cores.
 # Usage: bash benchmarks/rl_learning.sh [OUT_DIR]   (default runs/rl-learning-<stamp>)
-#        SEEDS="0 1" SEED_MINUTES=15 RL_MINUTES=30 PARALLEL=0 bash benchmarks/rl_learning.sh
+#        SEEDS="0 1" SEED_MINUTES=15 RL_MINUTES=30 PARALLEL=0 EXTRA="" bash benchmarks/rl_learning.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRMKIT=${TRMKIT:-.venv/bin/trmkit}
 OUT=${1:-runs/rl-learning-$(date +%Y%m%d-%H%M%S)}
 CFG=configs/selfplay-laptop.yaml
 SEEDS=${SEEDS:-"0 1"}
+read -r -a EXTRA <<< "${EXTRA:-}"
 THREADS=$([ "${PARALLEL:-0}" = 1 ] && echo 1 || echo 0)
+mkdir -p "$OUT"
+
+two_at_a_time() {  # run the given commands (one per argument, as strings), two at once with PARALLEL=1
+  local pids=()
+  for cmd in "$@"; do
+    if [ "${PARALLEL:-0}" = 1 ]; then
+      bash -c "$cmd" & pids+=($!)
+      if [ ${#pids[@]} = 2 ]; then wait "${pids[0]}"; wait "${pids[1]}"; pids=(); fi
+    else
+      bash -c "$cmd"
+    fi
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+seeds=()
 for s in $SEEDS; do
   D="$OUT/seed$s"
-  if [ ! -f "$D/seed/weights.safetensors" ]; then
-    $TRMKIT rl seed $CFG run.seed="$s" run.dir="$D/seed" train.max_minutes="${SEED_MINUTES:-15}"
-  fi
-  arm_rl=($TRMKIT rl train $CFG --init "$D/seed" run.seed="$s" run.dir="$D/selfplay" run.threads=$THREADS
-          train.max_minutes="${RL_MINUTES:-30}")
-  arm_sft=($TRMKIT rl seed $CFG --init "$D/seed" run.seed="$s" run.dir="$D/sft-control" run.threads=$THREADS
-           train.max_minutes="${RL_MINUTES:-30}")
-  if [ "${PARALLEL:-0}" = 1 ]; then
-    "${arm_rl[@]}" > "$D/selfplay.log" 2>&1 & pid=$!
-    "${arm_sft[@]}" > "$D/sft-control.log" 2>&1
-    wait $pid
-  else
-    "${arm_rl[@]}"
-    "${arm_sft[@]}"
-  fi
-  for run in seed selfplay sft-control; do
-    $TRMKIT rl eval "$D/$run" --json > "$D/$run/heldout.json"
-  done
+  mkdir -p "$D"
+  [ -f "$D/seed/weights.safetensors" ] || seeds+=("$TRMKIT rl seed $CFG run.seed=$s run.dir=$D/seed run.threads=$THREADS \
+train.max_minutes=${SEED_MINUTES:-15} ${EXTRA[*]} > $D/seed.log 2>&1")
+done
+two_at_a_time "${seeds[@]}"
+for s in $SEEDS; do
+  D="$OUT/seed$s"
+  common="--init $D/seed run.seed=$s run.threads=$THREADS train.max_minutes=${RL_MINUTES:-30} ${EXTRA[*]}"
+  two_at_a_time "$TRMKIT rl train $CFG $common run.dir=$D/selfplay > $D/selfplay.log 2>&1" \
+                "$TRMKIT rl seed $CFG $common run.dir=$D/sft-control > $D/sft-control.log 2>&1"
+  two_at_a_time "$TRMKIT rl eval $D/seed --json > $D/seed/heldout.json" \
+                "$TRMKIT rl eval $D/selfplay --json > $D/selfplay/heldout.json" \
+                "$TRMKIT rl eval $D/sft-control --json > $D/sft-control/heldout.json"
 done
 .venv/bin/python - "$OUT" $SEEDS <<'PY'
 import json, sys

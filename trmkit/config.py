@@ -22,9 +22,8 @@ class ConfigError(ValueError):
     """A config that cannot work; the message names the key and the fix."""
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-               "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
-               "tib": 1 << 40}
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
+               "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
 
 
 def parse_size(text: str | int, what: str = "memory size") -> int:
@@ -293,6 +292,7 @@ class RLConfig:
     seed_share_propose: float = 0.2
     seed_share_critique: float = 0.2
     seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
+    pool_val: int = 0  # M > 0: the pool's last M tasks are never trained on; the run's evaluations score them
     sft_label: str = "generator"  # abduction/induction SFT targets: the generator's answers, or "canonical" ones
     heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
     heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
@@ -319,6 +319,8 @@ class RLConfig:
         if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool,
                self.curriculum_step) < 0:
             raise ConfigError("rl.weight_*, rl.anchor_weight, rl.seed_pool and rl.curriculum_step must be >= 0")
+        if self.pool_val and not 0 < self.pool_val < self.seed_pool:
+            raise ConfigError(f"rl.pool_val={self.pool_val}: a part of the pool, so 0 < rl.pool_val < rl.seed_pool")
 
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""
@@ -465,10 +467,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     for text in overrides:
         key, value = parse_override(text)
         parts = key.split(".")
-        if len(parts) != 2:
-            raise _unknown_key(key, "override")
-        out.setdefault(parts[0], {})
-        if not isinstance(out[parts[0]], dict):
+        if len(parts) != 2 or not isinstance(out.setdefault(parts[0], {}), dict):
             raise _unknown_key(key, "override")
         out[parts[0]][parts[1]] = value
     return out

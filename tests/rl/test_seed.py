@@ -1,8 +1,9 @@
 """Seeding with rl.seed_pool: every SFT example, the self-play anchor's included, comes from the pool."""
 
 import pytest
+import torch
 
-from trmkit.config import Config, RLConfig, RunConfig
+from trmkit.config import Config, ConfigError, RLConfig, RunConfig
 from trmkit.rl import programs as P
 from trmkit.rl.selfplay import SelfPlayObjective
 
@@ -52,3 +53,27 @@ def test_the_pool_is_fixed_by_the_run_seed(pooled):
         assert again.pool == obj.pool
     finally:
         again.close()
+
+
+def test_pool_val_is_scored_by_evaluations_and_never_trained_on(monkeypatch):
+    cfg = Config(run=RunConfig(seed=3), rl=RLConfig(seed_pool=9, pool_val=3, buffer_size=4, heldout_per_type=2))
+    said = []
+    obj = SelfPlayObjective(cfg, log=said.append)
+    try:
+        val = {t.key() for t, _ in obj.validation}
+        assert len(val) == 3 and len(obj.pool) == 6 and not val & {t.key() for t in obj.pool}
+        assert any("pool_val=3" in m for m in said)
+        assert labels_seen(obj.examples(60), obj.pool) <= {t.key() for t in obj.pool}  # raises on a val task
+        scored = []
+        monkeypatch.setattr(obj, "_greedy", lambda model, ctx, role, kind, rows: scored.append(rows) or
+                            [[0] * P.layout(role, kind).response for _ in rows])
+        out = obj.evaluate(model=torch.nn.Module(), ctx=None)
+        assert out["samples"] == 3 and sum(len(r) for r in scored) == 6  # 3 answers and 3 verdicts asked
+        assert obj.fresh_task("deduction").key() not in val
+    finally:
+        obj.close()
+
+
+def test_pool_val_must_be_a_part_of_the_pool():
+    with pytest.raises(ConfigError, match="rl.pool_val=9"):
+        RLConfig(seed_pool=9, pool_val=9)

@@ -109,7 +109,7 @@ def run_eval(args: argparse.Namespace) -> int:
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"])
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
-    objective.eval_per_type = cfg.rl.heldout_per_type
+    objective.eval_per_type, objective.validation = cfg.rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
     log(f"rl eval: all {cfg.rl.heldout_per_type} held-out tasks per type (the run's own evaluations used the first "
         f"{cfg.rl.eval_per_type}: rl.eval_per_type)")
     try:

@@ -44,6 +44,7 @@ class CodeObjective:
         self.heldout_tags = [g for _, g in items]
         self.heldout_keys = {t.key() for t in self.heldout}
         self.eval_per_type = rl.eval_per_type  # evaluations use the first tasks of each type (`rl eval`: all)
+        self.validation: list[tuple[P.CodeTask, heldout.Tags]] | None = None  # scored instead, when set (rl.pool_val)
         self.last_outcomes: list[bool] = []  # the latest evaluation's per-task results, in held-out order
         self.rng = random.Random(cfg.run.seed)
         self.steps, self.seconds = 0, 0.0
@@ -89,7 +90,7 @@ class CodeObjective:
         (rl/heldout.py); the share of well-formed answers; the critique's balanced accuracy on the
         solver's answers."""
         model.eval()
-        items = heldout.first(list(zip(self.heldout, self.heldout_tags)), self.eval_per_type)
+        items = self.validation or heldout.first(list(zip(self.heldout, self.heldout_tags)), self.eval_per_type)
         right, formed, verdicts = [], [], []
         for kind in P.TYPES:
             tasks = [t for t, _ in items if t.kind == kind]

@@ -24,6 +24,7 @@ import torch
 
 from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
+from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl.canonical import Labeler
 from trmkit.rl.chunks import Group, chunked_backward
@@ -40,6 +41,8 @@ class SeedObjective(CodeObjective):
     def __init__(self, cfg: Config, log: Log = print):
         super().__init__(cfg, log)
         self.pool = self.make_pool(cfg.rl.seed_pool) if cfg.rl.seed_pool else []
+        if cfg.rl.pool_val:
+            self.pool, self.validation = self.split_pool(self.pool, cfg.rl.pool_val)
         self.pool_of = {k: [t for t in self.pool if t.kind == k] for k in P.TYPES}
         self.labeler = Labeler() if cfg.rl.sft_label == "canonical" else None
         if self.labeler is not None:
@@ -60,6 +63,17 @@ class SeedObjective(CodeObjective):
         self.log(f"rl: seed_pool={n}: seeding and the anchor use only these labelled traces ({spread}; "
                  f"run.seed={self.cfg.run.seed}'s pool)")
         return pool
+
+    def split_pool(self, pool: list[P.CodeTask], m: int) -> tuple[list[P.CodeTask], list]:
+        """The pool's last m tasks, tagged as the held-out set is, become the run's validation set (what its
+        evaluations, the best checkpoint and early stopping score); no SFT term sees them."""
+        searcher = heldout.Searcher()
+        val = [(t, searcher.tags(t)) for t in pool[-m:]]
+        self.heldout_keys |= {t.key() for t, _ in val}  # never generated for self-play either
+        spread = ", ".join(f"{sum(t.kind == k for t, _ in val)} {k}" for k in P.TYPES)
+        self.log(f"rl: pool_val={m}: the run's evaluations (best checkpoint, early stopping) score the pool's last "
+                 f"{m} tasks ({spread}), which no SFT term sees; `trmkit rl eval` scores the held-out set")
+        return pool[:-m], val
 
     def _kind(self) -> str:
         """A task type as the generator spreads them (with a pool: as the pool does)."""
