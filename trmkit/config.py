@@ -270,7 +270,8 @@ class RLConfig:
     critiques_per_type: int = 8  # solver answers the critique judges per type per round
     critique_samples: int = 4  # verdicts drawn per judged answer from one forward
     temperature: float = 0.5  # rollout temperature, in sampling and in log pi alike
-    baseline: str = "group"  # "group": leave-one-out per prompt; "running": the (type, role) Welford mean/std
+    baseline: str = "group"  # "group": leave-one-out per prompt; "running": the (type, role) Welford mean/std;
+    #                          "expert": expert iteration, A = max(reward, 0) (imitate what execution verified)
     weight_solve: float = 0.7  # each role's share of the policy-gradient loss
     weight_propose: float = 0.15
     weight_critique: float = 0.15
@@ -311,7 +312,7 @@ class RLConfig:
             raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
         if self.proposals_per_type * self.propose_samples > self.proposer_slots():
             raise ConfigError("rl.proposals_per_type x propose_samples > rl.proposer_share x tasks_per_type")
-        for key, allowed in (("baseline", ("group", "running")), ("sft_label", ("generator", "canonical"))):
+        for key, allowed in (("baseline", ("group", "running", "expert")), ("sft_label", ("generator", "canonical"))):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         if not min(self.temperature, self.log_ratio_clip) > 0:

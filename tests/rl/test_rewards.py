@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from trmkit.rl.cache import ByteLRU, estimate_bytes
-from trmkit.rl.rewards import (RunningStats, critique_reward, group_advantages, leave_one_out, propose_reward,
-                               solve_reward)
+from trmkit.rl.rewards import (RunningStats, critique_reward, expert_advantages, group_advantages, leave_one_out,
+                               propose_reward, solve_reward)
 
 # --------------------------------------------------------------------------- rewards
 
@@ -236,3 +236,9 @@ def test_estimate_bytes():
     loop.append(loop)
     assert estimate_bytes(loop) == 56 + 8 + 8  # a cycle terminates
     assert math.isfinite(estimate_bytes(object()))
+
+
+def test_expert_iteration_imitates_only_what_execution_verified():
+    # solver rows: right 1, wrong 0, malformed -0.5; a proposal's 4r(1-r) keeps its weight
+    assert expert_advantages([[1.0, 0.0, -0.5], [0.75]]) == [[1.0, 0.0, 0.0], [0.75]]
+    assert expert_advantages([[0.0, 0.0]]) == [[0.0, 0.0]]  # nothing verified: no update at all

@@ -311,6 +311,8 @@ class SelfPlayObjective(SeedObjective):
     def advantages(self, role: str, kind: str, rewards: list[list[float]]) -> list[list[float]]:
         if self.cfg.rl.baseline == "group":
             return R.group_advantages(rewards)
+        if self.cfg.rl.baseline == "expert":
+            return R.expert_advantages(rewards)
         key, flat = f"{kind}|{role}", [r for row in rewards for r in row]
         self.stats.update(key, flat)
         norm = iter(self.stats.normalize(key, flat))
