@@ -39,12 +39,10 @@ import numpy as np
 import torch
 
 from trmkit.config import ConfigError
-from trmkit.data.stream import eval_batches
 from trmkit.data.variants import Variants
-from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
 from trmkit.train.step import StepContext, labels_to_tensor
-from trmkit.train.testtime import count_answers, new_totals, rates
+from trmkit.train.testtime import count_answers, ema_eval_mode, new_totals, rates, each_test_batch
 
 if TYPE_CHECKING:
     from trmkit.data.store import Split
@@ -164,18 +162,11 @@ def run_select(s: Session, trajectories: list[Trajectory], k: int, variants: Var
     split = s.data.test
     if split is None:
         raise ConfigError(f"{s.cfg.data.path}: no test split to evaluate")
-    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
-    size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
     tally = {name: _Score(s.ctx, s.scorer, split) for name in ("select", "plurality")}
     extra = dict(chose_first=0, distinct=0)
-    with ema_weights(s.model, s.opts.ema):
-        was_training = s.model.training
-        s.model.eval()
-        try:
-            for batch in eval_batches(split, size, limit):
-                _add_batch(s, batch, trajectories, k, variants, tally, extra)
-        finally:
-            s.model.train(was_training)
+    with ema_eval_mode(s):
+        for batch in each_test_batch(s, limit):
+            _add_batch(s, batch, trajectories, k, variants, tally, extra)
     return _report(trajectories, k, tally, extra, log)
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -174,18 +175,29 @@ def _tally_split(s: Session, counts: list[int], solve: Callable, variants: Varia
                  ) -> dict[int, dict]:
     """The votes over the first n ballots for each n in counts, on the test split, with EMA weights in
     eval mode; solve(batch) -> (ballots' probabilities, halting logits, seconds per ballot)."""
-    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
-    size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
     tally = _Tally(counts, s.ctx, s.scorer, s.data.test)
+    with ema_eval_mode(s):
+        for batch in each_test_batch(s, limit):
+            tally.add(batch, *solve(batch), variants)
+    return tally.result()
+
+
+@contextmanager
+def ema_eval_mode(s: Session) -> Iterator[None]:
+    """The model with its EMA weights, in eval mode; both as they were after."""
     with ema_weights(s.model, s.opts.ema):
         was_training = s.model.training
         s.model.eval()
         try:
-            for batch in eval_batches(s.data.test, size, limit):
-                tally.add(batch, *solve(batch), variants)
+            yield
         finally:
             s.model.train(was_training)
-    return tally.result()
+
+
+def each_test_batch(s: Session, limit: int | None) -> Iterator:
+    """The test split's evaluation batches: its first `limit` examples (default data.eval_limit, 0 = all)."""
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    return eval_batches(s.data.test, s.run.eval_batch or int(s.run.plan.eval_batch.value), limit)
 
 
 @torch.no_grad()
