@@ -153,6 +153,25 @@ def test_the_curve_learns_well_above_chance(runs, monkeypatch):
     assert last.cell_accuracy >= first.cell_accuracy and last.loss < first.loss - 0.02
 
 
+def test_a_target_stops_the_curve_at_the_first_evaluation_that_reaches_it(runs, monkeypatch):
+    root, _ = runs
+    monkeypatch.setattr(session, "Clock", StepClock)  # points at steps 30 and 60, as above
+    cfg = config_mod.load(root / "tiny.yaml")
+    said = []
+    points = learn.learning_curve(cfg, hardware.probe(), 0.02, 0.01, root / "data", SMALL, log=said.append,
+                                  target=("cell_accuracy", 0.3))  # measured 0.404 at step 30
+    assert [p.steps for p in points] == [30] and any("reached; training stops" in m for m in said)
+    assert learn.time_to_target(points, ("cell_accuracy", 0.3)).startswith("time to cell_accuracy >= 0.3: ")
+    assert "step 30" in learn.time_to_target(points, ("cell_accuracy", 0.3))
+    assert "not reached" in learn.time_to_target(points, ("exact_accuracy", 1.01))
+    with pytest.raises(ConfigError, match="no valid_path_accuracy; use one of exact_accuracy, cell_accuracy"):
+        learn.point_value(points[0], "valid_path_accuracy")
+    assert learn.parse_target("exact_accuracy=0.825") == ("exact_accuracy", 0.825)
+    for bad in ("exact_accuracy", "=0.5", "exact_accuracy=high"):
+        with pytest.raises(ConfigError, match="write METRIC=VALUE"):
+            learn.parse_target(bad)
+
+
 def test_marks():
     assert learn.marks(1.0) == [0.25, 0.5, 0.75, 1.0]
     assert learn.marks(1.0, 0.4) == pytest.approx([0.4, 0.8, 1.0])
@@ -175,6 +194,8 @@ def test_step_bench_options_are_refused_with_learn_and_the_reverse(tmp_path, cap
     assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--every", "1"]) == 2
     assert "need --learn" in capsys.readouterr().err
     assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--schedule", "config"]) == 2
+    assert "need --learn" in capsys.readouterr().err
+    assert cli.main(["bench", str(tmp_path / "tiny.yaml"), "--target", "exact_accuracy=0.5"]) == 2
     assert "need --learn" in capsys.readouterr().err
     assert cli.main(["bench", "--learn", "1", str(tmp_path / "tiny.yaml"), "--save", "x.json"]) == 2
     assert "not to --learn" in capsys.readouterr().err

@@ -355,6 +355,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                         "generated 15 x 15 mazes with shortest paths >= 28 steps, x8 symmetries)")
     p.add_argument("--keep", metavar="DIR", default=None,
                    help="with --learn: write the final weights and config to DIR, a run directory for `trmkit eval`")
+    p.add_argument("--target", metavar="METRIC=VALUE", default=None,
+                   help="with --learn: stop at the first evaluation where METRIC reaches VALUE and report the "
+                        "training minutes and steps it took, e.g. exact_accuracy=0.825")
     p.add_argument("--schedule", choices=("budget", "config"), default=None,
                    help="with --learn: 'budget' (default) fits train.max_steps, and with it the lr cosine, "
                         "to MINUTES from the speed of the first 30 s; 'config' keeps the config's")
@@ -380,14 +383,17 @@ def _run_bench(args: argparse.Namespace) -> int:
 
         if args.compare or args.save:
             raise ConfigError("--compare and --save apply to the step benchmark, not to --learn")
+        target = learn.parse_target(args.target)
         points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
                                       args.data_dir, log=log, cache_dir=_cache_dir(),
                                       schedule=args.schedule or "budget", task=registry.get(args.task or "sudoku"),
-                                      keep=args.keep)
+                                      keep=args.keep, target=target)
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
+        if target is not None:
+            log(learn.time_to_target(points, target))
         return 0
-    if any(v is not None for v in (args.every, args.data_dir, args.schedule, args.task, args.keep)):
-        raise ConfigError("--every, --data-dir, --schedule, --task and --keep need --learn MINUTES")
+    if any(v is not None for v in (args.every, args.data_dir, args.schedule, args.task, args.keep, args.target)):
+        raise ConfigError("--every, --data-dir, --schedule, --task, --keep and --target need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
                              compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),

@@ -162,11 +162,13 @@ class Point:
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
                    data_dir: str | Path | None = None, spec=None, log: Log = print,
                    cache_dir: Path | None = None, schedule: str = "budget", task: Task = sudoku.TASK,
-                   keep: str | Path | None = None) -> list[Point]:
+                   keep: str | Path | None = None, target: tuple[str, float] | None = None) -> list[Point]:
     """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark.
 
     `task`: the Task whose set is measured and whose scorer adds its metrics (the CLI looks it up by name).
-    `keep`: a folder that receives the final weights and config, a run directory `trmkit eval` reads."""
+    `keep`: a folder that receives the final weights and config, a run directory `trmkit eval` reads.
+    `target`: (metric, value): training stops at the first evaluation that reaches it (the lr schedule
+    is still the budget's, so the time is that of the budget's recipe)."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
     points_at, spec = marks(minutes, every), spec or learn_set(task)
@@ -180,7 +182,7 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
         f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
     fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
-    points = run_curve(s, [60 * m for m in points_at], log, fit_at)
+    points = run_curve(s, [60 * m for m in points_at], log, fit_at, target)
     if keep is not None:
         keep_run(s, Path(keep), log)
     return points
@@ -204,11 +206,12 @@ def fit_schedule(s: session.Session, now_s: float, per_step: float, timed_steps:
 
 
 def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
-              fit_at: float | None = None) -> list[Point]:
+              fit_at: float | None = None, target: tuple[str, float] | None = None) -> list[Point]:
     """Steps until each mark (seconds of training time), then an evaluation.
 
     fit_at: after that many seconds of training, fit the lr schedule to the
     budget (marks_s[-1]); None keeps the config's train.max_steps.
+    target: (metric, value): stop after the first evaluation at which the metric reaches the value.
     """
     clock, batch, points = session.Clock(), s.cfg.train.batch_size, []
     first_done, first_step = None, s.state.step + 1  # speed is timed from the end of the first step (compile)
@@ -233,7 +236,50 @@ def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
                     f"{metrics['train/lr']:.3g} (train.max_steps=N stretches it)")
         points.append(evaluate_point(s, clock, metrics["train/lr"]))
         log(format_point(points[-1]))
+        if target is not None and point_value(points[-1], target[0]) >= target[1]:
+            log(f"learn: {target[0]} >= {target[1]:g} reached; training stops here (--target)")
+            break
     return points
+
+
+def parse_target(text: str | None) -> tuple[str, float] | None:
+    """--target METRIC=VALUE (e.g. exact_accuracy=0.825): the time to reach it is the curve's headline."""
+    if text is None:
+        return None
+    key, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not key.strip() or number is None:
+        raise ConfigError(f"--target {text}: write METRIC=VALUE, e.g. exact_accuracy=0.825 or "
+                          "valid_path_accuracy=0.8")
+    return key.strip(), number
+
+
+ACCURACIES = ("exact_accuracy", "cell_accuracy", "blank_accuracy")
+
+
+def point_value(p: Point, key: str) -> float:
+    """A point's value of key: one of the generic accuracies or of the task scorer's metrics."""
+    if key in ACCURACIES and getattr(p, key) is not None:
+        return float(getattr(p, key))
+    if key in p.task_metrics:
+        return p.task_metrics[key]
+    known = [k for k in ACCURACIES if getattr(p, k) is not None] + sorted(p.task_metrics)
+    raise ConfigError(f"--target {key}=...: the curve has no {key}; use one of {', '.join(known)}")
+
+
+def time_to_target(points: list[Point], target: tuple[str, float]) -> str:
+    """The first point that reached the target (so --every sets the resolution), or the best one."""
+    key, want = target
+    for p in points:
+        if point_value(p, key) >= want:
+            return (f"time to {key} >= {want:g}: {p.minutes:.2f} min of training, step {p.steps} "
+                    "(the first evaluation that reached it; --every sets the resolution)")
+    best = max(points, key=lambda p: point_value(p, key))
+    return (f"time to {key} >= {want:g}: not reached in {points[-1].minutes:.2f} min "
+            f"(best {point_value(best, key):.3f} at {best.minutes:.2f} min, step {best.steps})")
 
 
 def evaluate_point(s: session.Session, clock: session.Clock, lr: float) -> Point:
