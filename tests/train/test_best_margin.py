@@ -87,3 +87,18 @@ def test_without_a_validation_split_nothing_is_chosen_on_the_test_split(monkeypa
     said = []
     loop._say_what_needs_val(s, said.append)
     assert said and "train.early_stop_evals=1 and train.restore_best=true off: the store has no validation" in said[0]
+
+
+def test_an_objective_run_restores_its_best_weights_at_the_end(monkeypatch):
+    """A self-play or seeding run has no val/ split: it chooses on its objective's own held-out tasks, and
+    the end must still load the best weights (once skipped: `val_current and not restore_best(...)`)."""
+    s = _session("none")
+    s.cfg.train.restore_best, s.data.val, s.objective = True, None, object()
+    s.best.update(value=0.25, step=350)
+    s.state.step = 527
+    restored = []
+    monkeypatch.setattr(loop, "_timed_save", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "restore_best", lambda s, log: restored.append(s.best["step"]) or True)
+    monkeypatch.setattr(loop, "_timed_eval", lambda *a, **k: {"solve_rate": 0.25})
+    assert loop._final_evaluations(s, None, None, {}, print) == {"solve_rate": 0.25}
+    assert restored == [350]

@@ -232,7 +232,8 @@ def _final_evaluations(s: Session, clock: Clock, loggers, evals: dict, log: Log)
             evals = _periodic_eval(s, clock, loggers, log)
             val_current = True
         _timed_save(s, clock, evals, log)
-        val_current = val_current and not restore_best(s, log)
+        restored = restore_best(s, log)  # first: `val_current and not restore_best(...)` skipped it without val/
+        val_current = val_current and not restored
     if val is not None and not val_current:  # e.g. a classifier's calibration is fitted on it
         _timed_eval(s, clock, loggers, log, val, "val")
     evals = _timed_eval(s, clock, loggers, log) or evals
