@@ -3,6 +3,9 @@
 
 import json
 
+import pytest
+
+from trmkit.config import ConfigError
 from trmkit.rl import commands
 from trmkit.rl import heldout as H
 
@@ -27,3 +30,16 @@ def test_compare_prints_paired_differences(tmp_path, capsys):
     assert commands.run_compare(args) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "+0.333" in rows["all"] and "+1.000" in rows["deduction"] and "+0.000" in rows["induction"]
+
+
+def test_eval_step_best_reads_the_run_s_best_checkpoint(tmp_path):
+    said = []
+    assert commands.checkpoint_step(tmp_path, None, said.append) is None  # the final weights
+    assert commands.checkpoint_step(tmp_path, "450", said.append) == 450
+    with pytest.raises(ConfigError, match="best.json is missing"):
+        commands.checkpoint_step(tmp_path, "best", said.append)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.json").write_text(json.dumps({"name": "step-00000350", "step": 350}))
+    assert commands.checkpoint_step(tmp_path, "best", said.append) == 350 and "step 350" in said[-1]
+    with pytest.raises(ConfigError, match="--step last"):
+        commands.checkpoint_step(tmp_path, "last", said.append)

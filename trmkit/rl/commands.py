@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
     s.add_argument("--json", action="store_true", help="print only the JSON result on stdout (with the per-task "
                    "results, \"solved\", for `trmkit rl compare`)")
+    s.add_argument("--step", default=None, help="score the run's checkpoint of this step instead of its final "
+                   "weights; 'best': the one its evaluations chose (checkpoints/best.json)")
     s = sub.add_parser("heldout", help="rebuild the stored held-out set and check it (or --write it)")
     s.add_argument("--write", action="store_true", help="write trmkit/rl/heldout.json from its fixed seed")
     s = sub.add_parser("compare", help="two `rl eval --json` results on the same tasks: paired differences")
@@ -114,17 +116,35 @@ def run_eval(args: argparse.Namespace) -> int:
         f"{cfg.rl.eval_per_type}: rl.eval_per_type)")
     try:
         session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
-        evaluate.load_weights(session, run_dir)
+        evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
         result = evaluate.run_eval(session, log=log)
     finally:
         objective.close()
     if args.json:
         result["solved"] = "".join("1" if r else "0" for r in objective.last_outcomes)
         result["heldout"] = {"seed": cfg.rl.heldout_seed, "per_type": cfg.rl.heldout_per_type}
+        result["weights"] = args.step or "final"
         print(json.dumps(result, indent=2))
     else:
         print(eval_table(result, cfg.rl.heldout_seed, cfg.rl.heldout_per_type))
     return 0
+
+
+def checkpoint_step(run_dir: Path, step: str | None, log) -> int | None:
+    """--step N, or 'best' read from the run's checkpoints/best.json (None: the final weights)."""
+    if step is None:
+        return None
+    if step == "best":
+        best = Path(run_dir) / "checkpoints" / "best.json"
+        if not best.is_file():
+            raise ConfigError(f"--step best: {best} is missing (the run kept no best checkpoint: set "
+                              "train.restore_best=true, or give --step N)")
+        number = int(json.loads(best.read_text())["step"])
+        log(f"rl eval: the best checkpoint, step {number} ({best})")
+        return number
+    if not step.isdigit():
+        raise ConfigError(f"--step {step}: a checkpoint's step number, or 'best'")
+    return int(step)
 
 
 def _cell(result: dict, name: str) -> str:
