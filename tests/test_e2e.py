@@ -1,7 +1,10 @@
 """End to end: build a small easy Sudoku set, train a tiny TRM for ~a minute, evaluate.
 
 Chance is 1/9 = 0.11 on blank cells; the run must clearly learn (>= 0.5 on blank cells
-of held-out puzzles) — measured ~0.85 on a quiet 2-core machine.
+of held-out puzzles). Measured (2026-11-29, one thread beside two busy cores), run.seed 0 / 1 / 2:
+these 180 steps at lr 4e-3 and EMA 0.98 reach blank 0.674 / 0.750 / 0.768 (cell 0.839 / 0.876 /
+0.885); the 260 steps at lr 2e-3 and EMA 0.99 this test ran before reached 0.640 / 0.724 / 0.747,
+and 160 of those steps 0.34.
 """
 
 import json
@@ -17,8 +20,8 @@ TINY = """
 run: {seed: 0, threads: 0, compile: "off"}
 model: {mixer: mlp_t, hidden_size: 64, L_layers: 2, H_cycles: 2, L_cycles: 2, halt_max_steps: 4, puzzle_emb_len: 4}
 data: {eval_limit: 0}
-train: {batch_size: 32, max_steps: 260, lr: 2.0e-3, lr_min_ratio: 0.1, warmup_steps: 20, weight_decay: 0.1,
-        puzzle_emb_lr: 1.0e-2, ema_decay: 0.99, ema_warmup: true, eval_every: 0, log_every: 20,
+train: {batch_size: 32, max_steps: 180, lr: 4.0e-3, lr_min_ratio: 0.1, warmup_steps: 20, weight_decay: 0.1,
+        puzzle_emb_lr: 1.0e-2, ema_decay: 0.98, ema_warmup: true, eval_every: 0, log_every: 20,
         checkpoint_minutes: 0}
 """
 
@@ -45,7 +48,7 @@ def test_training_learns_well_above_chance(trained):
     summary = json.loads((root / "run" / "summary.json").read_text())
     for key in ("cell_accuracy", "exact_accuracy", "steps", "samples_per_second", "wall_seconds"):
         assert key in summary, key
-    assert summary["steps"] == 260
+    assert summary["steps"] == 180
     assert summary["blank_accuracy"] >= 0.5, summary  # chance: 0.11
     assert summary["cell_accuracy"] >= 0.7, summary  # givens alone: ~0.5
 

@@ -7,24 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from trmkit import cli
-from trmkit.data.imports import ImportReport
 from trmkit.email.labels import load_label_map
-from trmkit.email.mail.mailbox import iter_messages
 from trmkit.email.weak import format_report, weak_label
 
 ROOT = Path(__file__).resolve().parents[2]
-SA = ROOT.parent / "shared" / "data" / "email" / "spamassassin"
 TAXONOMY = ROOT / "configs" / "email-taxonomy.yaml"
 
 
-def test_the_taxonomy_finds_most_spamassassin_spam_without_a_label():
-    if not SA.is_dir():
-        pytest.fail(f"{SA} is missing: this test reads the shared SpamAssassin corpus at ../shared/data")
-    messages = iter_messages(SA, "auto", "folder", ImportReport(source=str(SA)))
-    report = weak_label(messages, load_label_map(TAXONOMY), against=True, sample=2)
+def test_the_taxonomy_finds_most_spamassassin_spam_without_a_label(spamassassin):
+    # the whole corpus, parsed once for this test and test_mail.py's (tests/email/conftest.py)
+    report = weak_label(spamassassin.messages, load_label_map(TAXONOMY), against=True, sample=2)
     spam = report.scores()["Spam"]
     easy_as_spam = report.pairs[("Personal", "Spam")] / sum(n for (r, _), n in report.pairs.items() if r == "Personal")
     assert report.seen == 6046 and spam["real"] == 1896
