@@ -112,8 +112,9 @@ def run_eval(args: argparse.Namespace) -> int:
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
     objective.eval_per_type, objective.validation = cfg.rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
-    log(f"rl eval: all {cfg.rl.heldout_per_type} held-out tasks per type (the run's own evaluations used the first "
-        f"{cfg.rl.eval_per_type}: rl.eval_per_type)")
+    used = (f"the pool's last {cfg.rl.pool_val} tasks: rl.pool_val" if cfg.rl.pool_val else
+            f"the first {cfg.rl.eval_per_type}: rl.eval_per_type")
+    log(f"rl eval: all {cfg.rl.heldout_per_type} held-out tasks per type (the run's own evaluations used {used})")
     try:
         session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
         evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
