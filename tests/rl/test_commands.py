@@ -36,9 +36,9 @@ def test_eval_step_best_reads_the_run_s_best_checkpoint(tmp_path):
     said = []
     assert commands.checkpoint_step(tmp_path, None, said.append) is None  # the final weights
     assert commands.checkpoint_step(tmp_path, "450", said.append) == 450
-    with pytest.raises(ConfigError, match="best.json is missing"):
+    with pytest.raises(ConfigError, match="keeps no best checkpoint"):
         commands.checkpoint_step(tmp_path, "best", said.append)
-    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step-00000350").mkdir(parents=True)
     (tmp_path / "checkpoints" / "best.json").write_text(json.dumps({"name": "step-00000350", "step": 350}))
     assert commands.checkpoint_step(tmp_path, "best", said.append) == 350 and "step 350" in said[-1]
     with pytest.raises(ConfigError, match="--step last"):

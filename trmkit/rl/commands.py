@@ -136,11 +136,13 @@ def checkpoint_step(run_dir: Path, step: str | None, log) -> int | None:
     if step is None:
         return None
     if step == "best":
-        best = Path(run_dir) / "checkpoints" / "best.json"
-        if not best.is_file():
-            raise ConfigError(f"--step best: {best} is missing (the run kept no best checkpoint: set "
-                              "train.restore_best=true, or give --step N)")
-        number = int(json.loads(best.read_text())["step"])
+        from trmkit.train import checkpoint
+
+        best = checkpoint.best_checkpoint(run_dir)
+        if best is None:
+            raise ConfigError(f"--step best: {run_dir} keeps no best checkpoint (set train.restore_best=true, or "
+                              "give --step N)")
+        number = checkpoint.step_of(best)
         log(f"rl eval: the best checkpoint, step {number} ({best})")
         return number
     if not step.isdigit():
