@@ -42,6 +42,24 @@ def test_loops_make_cycles_and_hardness_is_honoured():
         maze.generate_maze(7, np.random.default_rng(0), 0.0, min_path=100, tries=5)
 
 
+def test_past_30_the_hardness_scales_by_side_and_ties_are_kept_with_the_rule_said(tmp_path):
+    assert [maze.default_min_path(n) for n in (15, 30, 45, 61)] == [28, 110, 165, 224]
+    ties = 0
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # small open mazes tie often: the rule decides whether a tie comes back
+        q, a, length = maze.generate_maze(9, rng, loops=0.6, min_path=8, unique=False)
+        start, goal = (tuple(np.argwhere(q == t)[0]) for t in (maze.START, maze.GOAL))
+        found, count, _ = maze.shortest_paths(q, start, goal)
+        assert found == length and maze.check_answer(q, a) == length  # the label is a shortest path
+        ties += count > 1
+    assert ties > 0
+    lines = []
+    out = maze.build("generate", tmp_path / "m", size=33, num=2, test_fraction=1, min_path=40, log=lines.append)
+    assert out["unique_path"] is False and any("unique_path=off" in line for line in lines)
+    assert maze.build("generate", tmp_path / "u", size=33, num=1, test_fraction=1, min_path=40, unique_path=True,
+                      log=lines.append)["unique_path"] is True
+
+
 def test_dihedral_transforms_are_distinct_and_invert():
     q, a, _ = _maze()
     seen = set()

@@ -13,9 +13,10 @@ last row and column stay wall), then each remaining wall between two cells
 is opened with probability ``loops``, so that the maze has cycles and the
 model has to find the *shortest* of several routes. S is drawn at random, G
 at random among the cells at least ``min_path`` steps away; a maze whose
-shortest path is not unique is drawn again. Hardness is ``min_path``
-(Maze-Hard keeps paths longer than 110 on 30 x 30; the default scales that
-by area: ``round(110 * N^2 / 900)``).
+shortest path is not unique is drawn again (up to 30 x 30 by default; past
+it ties are kept). Hardness is ``min_path`` (Maze-Hard keeps paths longer
+than 110 on 30 x 30; the default scales that by area up to 30 x 30,
+``round(110 * N^2 / 900)``, and by side length past it, ``round(110 * N / 30)``).
 
 Importer: the Maze-Hard CSV layout ``source,question,answer,rating`` with
 N*N characters per grid. Each row is checked (size, characters, one S and

@@ -20,11 +20,13 @@ Log = Callable[[str], None]
 
 def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, min_path: int | None = None,
           loops: float = 0.1, test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
-          seed: int = 0, train_min_path: int | None = None, log: Log = print) -> dict[str, Any]:
+          seed: int = 0, train_min_path: int | None = None, unique_path: bool | None = None,
+          log: Log = print) -> dict[str, Any]:
     """Build a maze store at out_dir: generated (source='generate') or from a Maze-Hard CSV.
 
     train_min_path (generated only): each training maze's minimum path length is drawn uniformly
-    from [train_min_path, min_path], a curriculum of easier mazes; test mazes keep min_path."""
+    from [train_min_path, min_path], a curriculum of easier mazes; test mazes keep min_path.
+    unique_path (generated only): keep only mazes with one shortest path; None chooses (unique_path_rule)."""
     t0 = time.perf_counter()
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"--test-fraction must be in [0, 1], got {test_fraction}")
@@ -36,8 +38,9 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
         if size < 3:
             raise ValueError(f"--size must be >= 3, got {size}")
         min_path = default_min_path(size) if min_path is None else min_path
+        unique_path = unique_path_rule(size, unique_path, log)
         rows = _generate(size, num if limit is None else min(num, limit), min_path, train_min_path, loops,
-                         test_fraction, seed)
+                         test_fraction, seed, unique_path)
         report.lines = report.accepted = len(rows)
     else:
         rows = list(read_csv(Path(source), report, limit))
@@ -52,7 +55,7 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     lengths = np.array([rows[i].length for i in test_rows] or [r.length for r in rows])  # the held-out mazes
     settings = {"source": str(source), "size": int(rows[0].question.shape[0]), "num": num, "loops": loops,
                 "min_path": min_path, "train_min_path": train_min_path, "test_fraction": test_fraction,
-                "aug": aug, "limit": limit, "seed": seed,
+                "aug": aug, "limit": limit, "seed": seed, "unique_path": unique_path,
                 "path_length": {"min": int(lengths.min()), "mean": float(lengths.mean()),
                                 "max": int(lengths.max())}}
     side = settings["size"]
@@ -67,8 +70,22 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     return {"counts": counts, "skipped": report.skipped, **settings}
 
 
+def unique_path_rule(size: int, unique_path: bool | None, log: Log) -> bool:
+    """Whether generated mazes must have one shortest path: as asked, else up to Maze-Hard's 30 x 30.
+    Past it, long paths through a maze with loops nearly always tie with another route of the same
+    length, so the rule would reject almost every draw; the metric accepts any shortest path."""
+    if unique_path is not None:
+        return unique_path
+    if size <= 30:
+        return True
+    log(f"generate: unique_path=off ({size} x {size} is past Maze-Hard's 30 x 30: long paths through loops "
+        "nearly always tie; the answer marks one shortest path and valid_path_accuracy accepts any; "
+        "--unique-path to insist)")
+    return False
+
+
 def _generate(size: int, count: int, min_path: int, train_min_path: int | None, loops: float,
-              test_fraction: float, seed: int) -> list[MazeRow]:
+              test_fraction: float, seed: int, unique_path: bool = True) -> list[MazeRow]:
     """`count` mazes. With a curriculum, half the training mazes (those split_rows puts in train) have
     a path of t..t+2 steps, t drawn uniformly from [train_min_path, min_path]; the rest, and every
     test maze, at least min_path."""
@@ -80,7 +97,8 @@ def _generate(size: int, count: int, min_path: int, train_min_path: int | None, 
     for i in range(count):
         easy = train_min_path is not None and i not in test and rng.random() < 0.5
         low = int(rng.integers(train_min_path, min_path + 1)) if easy else min_path
-        rows.append(MazeRow(*generate_maze(size, rng, loops, low, max_path=low + 2 if easy else None)))
+        rows.append(MazeRow(*generate_maze(size, rng, loops, low, max_path=low + 2 if easy else None,
+                                           unique=unique_path)))
     return rows
 
 
@@ -105,12 +123,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=30, help="N for generated N x N mazes (Maze-Hard: 30)")
     p.add_argument("--num", type=int, default=1000, help="mazes to generate")
     p.add_argument("--min-path", type=int, default=None,
-                   help="hardness: shortest path of at least this many steps (default 110 * N^2 / 900)")
+                   help="hardness: shortest path of at least this many steps (default 110 * N^2 / 900 up to "
+                        "30 x 30, 110 * N / 30 past it)")
     p.add_argument("--train-min-path", type=int, default=None,
                    help="a curriculum: half the generated training mazes get a path of t..t+2 steps, t drawn "
                         "uniformly from [this, --min-path]; test mazes keep --min-path (default: none)")
     p.add_argument("--loops", type=float, default=0.1,
                    help="chance that each inner wall of the carved maze is opened (cycles: several routes)")
+    p.add_argument("--unique-path", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep only mazes with one shortest path (default: yes up to 30 x 30, no above, where long "
+                        "paths nearly always tie; the metric accepts any shortest path)")
     p.add_argument("--aug", type=int, default=0, help="dihedral copies per training maze (0-7)")
     p.add_argument("--limit", type=int, default=None, help="use at most N mazes from the source")
 
@@ -118,4 +140,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
     return build(args.source, args.out, size=args.size, num=args.num, min_path=args.min_path, loops=args.loops,
                  test_fraction=args.test_fraction, aug=args.aug, limit=args.limit, seed=args.seed,
-                 train_min_path=args.train_min_path, log=log)
+                 train_min_path=args.train_min_path, unique_path=args.unique_path, log=log)
