@@ -160,7 +160,8 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                    help="peak memory the evaluation may use: 2GB, 2GiB, 512MB (overrides run.memory_budget)")
     p.add_argument("--steps", default=None, metavar="K[,K...]|auto[:CAP]",
                    help="supervision steps per example (more thinking at test time; default: the run's N_sup); "
-                        "several, e.g. 8,16,32,64, give a curve, kept in RUN_DIR/eval_steps.json for the report; "
+                        "several, e.g. 8,16,32,64, give a curve in one pass (the cost of the largest K; each K's "
+                        "seconds the time to reach it), kept in RUN_DIR/eval_steps.json for the report; "
                         "`auto`: each example stops once its answer has not changed for 2 consecutive steps, or at "
                         "CAP steps (default 4 x the trained N_sup), and the steps used (mean, max) are reported "
                         "beside the accuracy; its effect on accuracy is not yet measured")

@@ -25,7 +25,8 @@ the task's scoring are shared out (train/distributed.py).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterable
+import time
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 
+def new_eval_totals() -> dict:
+    return dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
+
+
 @torch.no_grad()
 def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | None,
              scorer: Scorer | None = None, reduce: Callable[[dict], dict] | None = None) -> dict[str, float]:
@@ -59,17 +64,47 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     (data.stream.eval_batches) and `reduce` sums the totals over the processes."""
     was_training = model.training
     model.eval()
-    totals = dict(loss=0.0, right=0, valid=0, blank_right=0, blank=0, exact=0, steps=0.0, n=0)
+    totals = new_eval_totals()
     for batch in batches:
         part, preds, q_halt, logits = _eval_batch(model, batch, ctx, blank_id)
         _accumulate(totals, part)
-        if scorer is not None:  # host copies only for a task that reads them
-            wants = isinstance(scorer, NeedsLogits) and scorer.needs_logits
-            extra = {"logits": logits.float().cpu().numpy()} if wants else {}
-            scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy(), **extra)
+        _score(scorer, batch, preds, q_halt, logits)
     model.train(was_training)
     if reduce is not None:
         totals = reduce(totals)
+    return _metrics(totals, blank_id, scorer)
+
+
+@torch.no_grad()
+def evaluate_curve(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | None,
+                   scorers: dict[int, Scorer | None]) -> dict[int, dict[str, float]]:
+    """The metrics of `evaluate` at N_sup = K for every K in `scorers`, in one pass: each batch runs
+    max(K) supervision steps and is read out at each K (think_readouts), so K = 8, 16, 32, 64 cost 64
+    steps, not 120. Each K's "seconds": the time to reach and score its readout, summed over batches."""
+    was_training = model.training
+    model.eval()
+    totals = {k: new_eval_totals() for k in scorers}
+    seconds = dict.fromkeys(scorers, 0.0)
+    for batch in batches:
+        inputs, labels, pids = _batch_tensors(batch, ctx)
+        t0 = time.perf_counter()
+        for k, logits, q, first_halt in think_readouts(model, inputs, pids, ctx, list(scorers)):
+            part, pred = _readout(model, inputs, labels, logits, q, first_halt, blank_id)
+            _accumulate(totals[k], part)
+            _score(scorers[k], batch, pred, q, logits)
+            seconds[k] += time.perf_counter() - t0
+    model.train(was_training)
+    return {k: {**_metrics(totals[k], blank_id, scorers[k]), "seconds": round(seconds[k], 2)} for k in scorers}
+
+
+def _score(scorer: Scorer | None, batch, preds: torch.Tensor, q_halt: torch.Tensor, logits: torch.Tensor) -> None:
+    if scorer is not None:  # host copies only for a task that reads them
+        wants = isinstance(scorer, NeedsLogits) and scorer.needs_logits
+        extra = {"logits": logits.float().cpu().numpy()} if wants else {}
+        scorer.add(batch, preds.cpu().numpy(), q_halt.float().cpu().numpy(), **extra)
+
+
+def _metrics(totals: dict, blank_id: int | None, scorer: Scorer | None) -> dict[str, float]:
     n = max(1, totals["n"])
     generic = {
         "loss": totals["loss"] / n,
@@ -86,16 +121,30 @@ def evaluate(model: TRM, batches: Iterable, ctx: StepContext, blank_id: int | No
     return {**generic, **(scorer.result() if scorer is not None else {})}
 
 
-def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
-                ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch_tensors(batch, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     inputs = torch.from_numpy(np.asarray(batch.inputs)).to(ctx.device)
     labels = labels_to_tensor(batch.labels, ctx.ignore_label_id, ctx.device, batch.inputs, ctx.given_tokens)
     pids = torch.from_numpy(np.asarray(batch.puzzle_ids)).to(ctx.device, torch.int64)
+    return inputs, labels, pids
+
+
+def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
+                ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor]:
+    inputs, labels, pids = _batch_tensors(batch, ctx)
     used = None
     if ctx.halting is None:
         logits, q, first_halt = think(model, inputs, pids, ctx)
     else:  # `eval --steps auto` (train/halting.py)
         logits, q, first_halt, used = think_until_stable(model, inputs, pids, ctx, ctx.halting)
+    part, pred = _readout(model, inputs, labels, logits, q, first_halt, blank_id)
+    if used is not None:
+        part.update(steps_used=int(used.sum()), steps_used_max=int(used.max()))
+    return part, pred, q, logits
+
+
+def _readout(model: TRM, inputs: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor, q: torch.Tensor,
+             first_halt: torch.Tensor, blank_id: int | None) -> tuple[dict, torch.Tensor]:
+    """One batch's totals (and predicted tokens) from the logits and halting logits of a supervision step."""
     loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
     labels = labels[:, :logits.shape[1]]  # a classifier scores position 0 only
     pred = logits.argmax(-1)
@@ -110,25 +159,33 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         "steps": float(first_halt.float().sum()),
         "n": int(inputs.shape[0]),
     }
-    if used is not None:
-        part.update(steps_used=int(used.sum()), steps_used_max=int(used.max()))
-    return part, pred, q, logits
+    return part, pred
 
 
 def think(model: TRM, inputs: torch.Tensor, pids: torch.Tensor, ctx: StepContext
           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """All N_sup supervision steps from a fresh carry: the last step's logits and halting logit, and
     the first step at which the halting head would stop (N_sup if never)."""
+    *_, (_, logits, q, first_halt) = think_readouts(model, inputs, pids, ctx, [model.cfg.halt_max_steps])
+    return logits, q, first_halt
+
+
+def think_readouts(model: TRM, inputs: torch.Tensor, pids: torch.Tensor, ctx: StepContext, ks: list[int]
+                   ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Supervision steps from a fresh carry up to max(ks), yielding at each K of ks (ascending) what
+    `think` with N_sup = K returns: (K, that step's logits, its halting logit, the first step before K
+    at which the halting head would stop, K if none). Evaluation's steps do not depend on N_sup, so
+    each readout is exactly the evaluation at that K."""
     carry = model.initial_carry(inputs.shape[0], ctx.device)
     z_H, z_L = carry.z_H, carry.z_L
-    n_sup = model.cfg.halt_max_steps
-    first_halt = torch.full((inputs.shape[0],), n_sup, dtype=torch.int32, device=ctx.device)
-    for step in range(1, n_sup + 1):
+    wanted = sorted(set(ks))
+    first_stop = torch.zeros((inputs.shape[0],), dtype=torch.int32, device=ctx.device)  # 0: not yet
+    for step in range(1, wanted[-1] + 1):
         with ctx.autocast():
             z_H, z_L, logits, q = model(z_H, z_L, inputs, pids)
-        newly = (q > 0) & (first_halt == n_sup) & (step < n_sup)
-        first_halt = torch.where(newly, torch.full_like(first_halt, step), first_halt)
-    return logits, q, first_halt
+        if step in wanted:
+            yield step, logits, q, torch.where(first_stop > 0, first_stop, torch.full_like(first_stop, step))
+        first_stop = torch.where((q > 0) & (first_stop == 0), torch.full_like(first_stop, step), first_stop)
 
 
 def _accumulate(totals: dict, part: dict) -> None:
@@ -149,13 +206,44 @@ def run_eval(s: Session, limit: int | None = None, log: Log = print, split: Spli
             return s.objective.evaluate(s.model, s.ctx)
     if split is None:
         return {}
-    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
     world = s.run.world
     share = (world.rank, world.size) if world.active and s.scorer is None else (0, 1)  # see _evaluate
+    return _halving_on_failure(s, lambda size: _evaluate(s, _batches(s, split, size, limit, share), log, split), log)
+
+
+def run_eval_curve(s: Session, steps: list[int], limit: int | None = None, log: Log = print
+                   ) -> dict[int, dict[str, float]]:
+    """run_eval at N_sup = K for each K of `steps` (the final weights, one process), in one pass
+    (evaluate_curve): {K: metrics with "seconds"}. The task's answers, when it saves them, are those
+    of the last K listed."""
+    split = s.data.test
+    if split is None:
+        return {}
+
+    def curve(size: int) -> dict[int, dict[str, float]]:
+        scorers = {k: s.scorer(split) if s.scorer is not None else None for k in steps}
+        with ema_weights(s.model, s.opts.ema):
+            result = evaluate_curve(s.model, _batches(s, split, size, limit, (0, 1)), s.ctx, split.meta.blank_id,
+                                    scorers)
+        if isinstance(scorers[steps[-1]], SavesAnswers):
+            log(f"eval: answers written to {scorers[steps[-1]].save(s.cfg.run.dir)}")
+        return result
+    return _halving_on_failure(s, curve, log)
+
+
+def _batches(s: Session, split: Split, size: int, limit: int | None, share: tuple[int, int]):
+    limit = limit if limit is not None else (s.cfg.data.eval_limit or None)
+    return eval_batches(split, size, limit, *share)
+
+
+def _halving_on_failure(s: Session, run: Callable[[int], dict], log: Log) -> dict:
+    """run(batch size): an allocation that fails halves the evaluation batch (kept for later
+    evaluations) and runs again; any other failure, or one in a multi-process run, is raised."""
+    world = s.run.world
     while True:
         size = s.run.eval_batch or int(s.run.plan.eval_batch.value)
         try:
-            return _evaluate(s, eval_batches(split, size, limit, *share), log, split)
+            return run(size)
         except (RuntimeError, MemoryError) as err:
             if not is_out_of_memory(err) or size <= 1 or world.active:  # the other processes would not retry
                 raise

@@ -34,7 +34,7 @@ from trmkit.data.variants import Variants, vote
 from trmkit.model.losses import log_stablemax
 from trmkit.model.trm import TRM
 from trmkit.train import halting
-from trmkit.train.evaluate import run_eval
+from trmkit.train.evaluate import run_eval, run_eval_curve
 from trmkit.train.optim import ema_weights
 from trmkit.train.session import Session
 from trmkit.train.step import StepContext, labels_to_tensor
@@ -86,15 +86,18 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
     that many variants at each K (under "vote": {n: metrics}). One K -> its metrics (and "steps": K);
     several -> {"steps": {K: metrics with "seconds"}}, also kept in RUN_DIR/eval_steps.json for the
     report when `keep` (the final weights' curve; not a checkpoint's). `pool` (pool_steps): also one vote
-    over the largest count's variants at each of those K ("pooled_vote")."""
+    over the largest count's variants at each of those K ("pooled_vote"). Several K in one process are
+    one pass (run_eval_curve: 8,16,32,64 cost 64 steps per example, not 120), each K's "seconds" the time
+    to reach it."""
     if pool is not None and not (counts and len(steps) > 1):
         raise ConfigError("--pool votes over the answers at several K: give --steps K1,K2,... and --vote N")
     trained, curve = s.model.cfg, {}
+    one_pass = run_eval_curve(s, steps, limit, log) if len(steps) > 1 and not s.run.world.active else {}
     try:
         for k in steps or [trained.halt_max_steps]:
             s.model.cfg = dataclasses.replace(trained, halt_max_steps=k)
             t0 = time.perf_counter()
-            curve[k] = {**run_eval(s, limit, log=log), "seconds": round(time.perf_counter() - t0, 2)}
+            curve[k] = one_pass.get(k) or {**run_eval(s, limit, log=log), "seconds": round(time.perf_counter() - t0, 2)}
             log(f"eval: K={k} supervision steps: exact_accuracy {curve[k].get('exact_accuracy', 0):.3f} "
                 f"({curve[k]['seconds']:.0f} s)")
             if counts:
