@@ -1,5 +1,6 @@
 """`eval --steps auto` (train/halting.py): stop once the answer is stable, freeze it, run to the cap otherwise."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -55,6 +56,26 @@ def test_patience_counts_consecutive_unchanged_steps():
     assert used.tolist() == [9]
     _, _, _, used = think_until_stable(model, inputs, torch.arange(1), CTX, StableAnswer(cap=6, patience=5))
     assert used.tolist() == [6]
+
+
+class FlickeringGivenCell(SettlingModel):
+    """SettlingModel whose last cell answers t % 2 at every step: it never settles there."""
+
+    def __call__(self, z_H, z_L, inputs, pids):
+        z_H, z_L, logits, q = super().__call__(z_H, z_L, inputs, pids)
+        t = z_H[:, 0, 0]
+        logits = logits.clone()
+        logits[:, -1] = F.one_hot((t % 2).long(), self.vocab).float()
+        return z_H, z_L, logits, q
+
+
+def test_cells_given_by_the_input_are_not_read_by_the_rule():
+    inputs = torch.tensor([[3, 3, 7]])  # settles at step 3 except the last cell, a given token (7)
+    masked = dataclasses.replace(CTX, given_tokens=torch.tensor([7]))
+    _, _, _, used = think_until_stable(FlickeringGivenCell(), inputs, torch.arange(1), masked, StableAnswer(cap=12))
+    assert used.tolist() == [5]  # a maze's walls carry no loss (train.mask_given): their flicker is not the answer
+    _, _, _, used = think_until_stable(FlickeringGivenCell(), inputs, torch.arange(1), CTX, StableAnswer(cap=12))
+    assert used.tolist() == [12]  # without train.mask_given every cell is an answer: it never settles
 
 
 def tiny_trm(n_sup: int) -> TRM:

@@ -1,7 +1,10 @@
 """`trmkit eval --steps auto`: a halting rule that scales with the problem, not with the trained N_sup.
 
 Each example takes supervision steps until its predicted answer (the argmax over every output
-position) has stayed the same for `STABLE_STEPS` consecutive steps, or until the cap. An example
+position the task answers) has stayed the same for `STABLE_STEPS` consecutive steps, or until the cap.
+With train.mask_given the cells whose input is a given token (a maze's walls, S and G) are not read:
+they carry no loss, so the model's argmax there is free to flicker, and a 30 x 30 maze then never
+stopped before the cap (measured: 128 of 128 steps on every maze; docs/performance.md). An example
 that stopped is frozen: its logits and halting logit are those of its last step, and it leaves the
 batch, so later steps cost only the examples still thinking.
 
@@ -57,6 +60,13 @@ def rule_for(cap: int, n_sup: int) -> tuple[StableAnswer, str]:
     return StableAnswer(CAP_PER_N_SUP * n_sup), f"the default: {CAP_PER_N_SUP} x the trained N_sup {n_sup}"
 
 
+def answer_cells(inputs: torch.Tensor, given_tokens: torch.Tensor | None) -> torch.Tensor:
+    """(B, L) bool: the cells the rule reads - all but those whose input is a given token (train.mask_given)."""
+    if given_tokens is None:
+        return torch.ones_like(inputs, dtype=torch.bool)
+    return ~torch.isin(inputs.long(), given_tokens.to(inputs.device))
+
+
 @torch.no_grad()
 def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rule: StableAnswer
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -72,6 +82,7 @@ def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rul
     first_halt = torch.zeros_like(used)  # 0: not yet
     unchanged = torch.zeros_like(used)
     logits = q = answer = None
+    read = answer_cells(inputs, ctx.given_tokens)
     for step in range(1, rule.cap + 1):
         every = len(live) == B  # while no example has stopped: no gathered copy of the carry
         with ctx.autocast():
@@ -87,7 +98,7 @@ def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rul
             answer = torch.full((B, part.shape[1]), -1, dtype=torch.long, device=part.device)
         logits[live], q[live] = part, q_part  # the stopped rows keep their last step's (frozen)
         new = part.argmax(-1)  # (b, L)
-        same = (new == answer[live]).all(-1)
+        same = ((new == answer[live]) | ~read[live][:, :new.shape[1]]).all(-1)  # given cells are not read
         unchanged[live] = torch.where(same, unchanged[live] + 1, torch.zeros_like(unchanged[live]))
         answer[live], used[live] = new, step
         first_halt[live] = torch.where((q_part > 0) & (first_halt[live] == 0), step, first_halt[live])
