@@ -164,7 +164,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "seconds the time to reach it), kept in RUN_DIR/eval_steps.json for the report; "
                         "`auto`: each example stops once its answer has not changed for 2 consecutive steps, or at "
                         "CAP steps (default 4 x the trained N_sup), and the steps used (mean, max) are reported "
-                        "beside the accuracy; its effect on accuracy is not yet measured")
+                        "beside the accuracy (measured on two models: docs/performance.md)")
     p.add_argument("--vote", default=None, metavar="N[,N...]",
                    help="also solve N symmetric variants of each example (a maze's turns and mirror images, a "
                         "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "

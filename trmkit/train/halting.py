@@ -16,7 +16,9 @@ batch, so later steps cost only the examples still thinking.
 
 Departure from the paper: TRM halts with its Q head in training and runs all N_sup steps at test
 time; this rule reads only the model's own answers (no labels, no checker), so a problem larger than
-the training grids may think longer than N_sup. Its effect on accuracy is not yet measured.
+the training grids may think longer than N_sup. Measured (docs/performance.md): the demo's Sudoku
+model reaches K = 16's accuracy at 5.1 steps on average; a 1-thread maze model 0.750 valid paths on
+15 x 15 at 10 steps against 0.664 / 0.684 at K = 8 / 32; no gain on 30 x 30, where its paths keep changing.
 """
 
 from __future__ import annotations
