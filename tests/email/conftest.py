@@ -25,6 +25,20 @@ class Corpus:
     seconds: float
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The fits these tests run in this process are tiny (120 bags, a D=16 model): with torch's default of a
+    thread per core, one other busy process makes them 20-30x slower (measured 2026-11-29 beside a training
+    run: test_bag's auto-choice folds 0.6 s -> 19 s, its idf fit 3 s -> 60 s). A command that plans its
+    threads (train, predict) still sets its own; the test's setting is restored after it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="package")
 def spamassassin() -> Corpus:
     """The whole SpamAssassin corpus (6,046 messages), parsed once for the tests that read all of it

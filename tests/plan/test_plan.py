@@ -305,10 +305,14 @@ def test_fit_calibration_recovers_overhead_and_scale():
     assert abs(fitted.runtime_overhead - 123 * MiB) < 2 * MiB
 
 
-def test_calibration_measures_real_steps_in_fresh_processes_and_caches_the_fit(tmp_path):
+def test_calibration_measures_real_steps_in_fresh_processes_and_caches_the_fit(tmp_path, monkeypatch):
     """calibrate_memory runs calibrate.py's child (started by a code string naming the module) twice,
-    fits the constants and caches them: a second call measures nothing."""
+    fits the constants and caches them: a second call measures nothing. Each real step it measured
+    is recorded here and checked (no third process to check one)."""
     m = ModelConfig(hidden_size=32, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=2, **SUDOKU)
+    real, measured = calibrate.measure_step_peak, []
+    monkeypatch.setattr(calibrate, "measure_step_peak",
+                        lambda *a, **k: measured.append((a[1:3], real(*a, **k))) or measured[-1][1])
     logged = []
     fitted = calibrate.calibrate_memory(m, "float32", 1, tmp_path, log=logged.append)
     assert len(logged) == 1 and "calibrating" in logged[0]
@@ -318,8 +322,9 @@ def test_calibration_measures_real_steps_in_fresh_processes_and_caches_the_fit(t
     assert list(stored.values()) == [dataclasses.asdict(fitted)]
     again = calibrate.calibrate_memory(m, "float32", 1, tmp_path, log=logged.append)
     assert again == fitted and len(logged) == 1  # from the cache, not measured again
-    step = calibrate.measure_step_peak(m, 2, 2)
-    assert 100 * MiB < step["baseline"] < step["peak"] and step["seconds"] > 0
+    assert [sizes for sizes, _ in measured] == [(2, 2), (8, 8)]  # batch, micro-batch: two processes, not four
+    for _, step in measured:
+        assert 100 * MiB < step["baseline"] < step["peak"] and step["seconds"] > 0
 
 
 def test_grad_checkpointing_gives_the_same_gradients():
