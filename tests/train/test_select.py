@@ -82,6 +82,15 @@ def test_plurality_counts_whole_answers_and_breaks_ties_by_the_halting_logit():
     assert voted.tolist() == [[1, 2]]  # 2 ballots against 1, whatever the logits
 
 
+def test_plurality_compares_answers_only_on_the_cells_it_reads():
+    answers = np.array([[[1, 7]], [[1, 8]], [[2, 9]]])  # (N=3, b=1, L=2): the last cell a given one (a wall)
+    q = np.array([[0.0], [0.0], [5.0]])
+    voted, distinct = select.plurality(answers, q, read=np.array([[True, False]]))
+    assert voted[0, 0] == 1 and distinct.tolist() == [2]  # [1, *] has 2 ballots: the walls' flicker is not a vote
+    voted, distinct = select.plurality(answers, q)
+    assert voted.tolist() == [[2, 9]] and distinct.tolist() == [3]  # every cell read: three 1-ballot answers
+
+
 def test_one_trajectory_is_the_plain_evaluation():
     model, b = tiny_trm(3), batch()
     answers, q, seconds = select.solve(model, CTX, b, select.plan(1, "noise"), 3)

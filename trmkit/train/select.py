@@ -40,6 +40,7 @@ import torch
 
 from trmkit.config import ConfigError
 from trmkit.data.variants import Variants
+from trmkit.train.halting import answer_cells
 from trmkit.train.session import Session
 from trmkit.train.step import StepContext, labels_to_tensor
 from trmkit.train.testtime import count_answers, ema_eval_mode, new_totals, rates, each_test_batch
@@ -137,14 +138,17 @@ def choose(answers: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return answers[best, np.arange(answers.shape[1])], best
 
 
-def plurality(answers: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def plurality(answers: np.ndarray, q: np.ndarray, read: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The answer (b, L) given by most of the N trajectories (a tie: the larger best halting logit),
-    and the number of distinct answers per example (b,)."""
+    and the number of distinct answers per example (b,). `read` (b, L): the cells two answers are
+    compared on (default all; halting.answer_cells leaves out cells the input gives under train.mask_given,
+    whose argmax is free to differ)."""
+    read = np.ones(answers.shape[1:], dtype=bool) if read is None else read
     out, distinct = answers[0].copy(), np.zeros(answers.shape[1], dtype=np.int64)
     for i in range(answers.shape[1]):
         ballots: dict[bytes, tuple[int, float, int]] = {}
         for t in range(answers.shape[0]):
-            key = answers[t, i].tobytes()
+            key = answers[t, i][read[i]].tobytes()
             count, best, first = ballots.get(key, (0, -np.inf, t))
             ballots[key] = (count + 1, max(best, float(q[t, i])), first)
         out[i] = answers[max(ballots.values(), key=lambda b: b[:2])[2], i]
@@ -176,11 +180,14 @@ def _add_batch(s: Session, batch, trajectories, k, variants, tally: dict, extra:
     chosen, best = choose(answers, q)
     choosing = time.perf_counter() - t0
     t0 = time.perf_counter()
-    voted, distinct = plurality(answers, q)
+    given = s.ctx.given_tokens
+    read = answer_cells(torch.from_numpy(np.asarray(batch.inputs)), None if given is None else given.cpu())
+    read = read.numpy()[:, :answers.shape[2]]
+    voted, distinct = plurality(answers, q, read)
     counting = time.perf_counter() - t0
     b = np.arange(len(best))
     tally["select"].add(batch, chosen, q[best, b], sum(seconds) + choosing)
-    winner = (answers == voted[None]).all(-1)  # (N, b): the trajectories that gave the voted answer
+    winner = ((answers == voted[None]) | ~read[None]).all(-1)  # (N, b): the trajectories that gave the voted answer
     tally["plurality"].add(batch, voted, np.where(winner, q, -np.inf).max(0), sum(seconds) + counting)
     extra["chose_first"] += int((best == 0).sum())
     extra["distinct"] += int(distinct.sum())
