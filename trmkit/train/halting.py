@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from trmkit.config import ConfigError
+from trmkit.train.step import answer_cells
 
 STABLE_STEPS = 2  # consecutive steps without a change of the answer before an example stops
 CAP_PER_N_SUP = 4  # default cap: this many times the trained N_sup
@@ -60,13 +61,6 @@ def rule_for(cap: int, n_sup: int) -> tuple[StableAnswer, str]:
     if cap:
         return StableAnswer(cap), "--steps auto:CAP"
     return StableAnswer(CAP_PER_N_SUP * n_sup), f"the default: {CAP_PER_N_SUP} x the trained N_sup {n_sup}"
-
-
-def answer_cells(inputs: torch.Tensor, given_tokens: torch.Tensor | None) -> torch.Tensor:
-    """(B, L) bool: the cells the rule reads - all but those whose input is a given token (train.mask_given)."""
-    if given_tokens is None:
-        return torch.ones_like(inputs, dtype=torch.bool)
-    return ~torch.isin(inputs.long(), given_tokens.to(inputs.device))
 
 
 @torch.no_grad()

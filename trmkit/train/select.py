@@ -40,9 +40,8 @@ import torch
 
 from trmkit.config import ConfigError
 from trmkit.data.variants import Variants
-from trmkit.train.halting import answer_cells
 from trmkit.train.session import Session
-from trmkit.train.step import StepContext, labels_to_tensor
+from trmkit.train.step import StepContext, answer_cells, labels_to_tensor
 from trmkit.train.testtime import count_answers, ema_eval_mode, new_totals, rates, each_test_batch
 
 if TYPE_CHECKING:
@@ -141,7 +140,7 @@ def choose(answers: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def plurality(answers: np.ndarray, q: np.ndarray, read: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The answer (b, L) given by most of the N trajectories (a tie: the larger best halting logit),
     and the number of distinct answers per example (b,). `read` (b, L): the cells two answers are
-    compared on (default all; halting.answer_cells leaves out cells the input gives under train.mask_given,
+    compared on (default all; step.answer_cells leaves out cells the input gives under train.mask_given,
     whose argmax is free to differ)."""
     read = np.ones(answers.shape[1:], dtype=bool) if read is None else read
     out, distinct = answers[0].copy(), np.zeros(answers.shape[1], dtype=np.int64)

@@ -86,9 +86,17 @@ def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device, inputs: n
     t = torch.from_numpy(np.asarray(labels)).to(device=device, dtype=torch.int64)
     ignore = t == ignore_label_id
     if given_tokens is not None and inputs is not None:
-        x = torch.from_numpy(np.asarray(inputs)).to(device=device, dtype=torch.int64)
-        ignore |= torch.isin(x[:, :t.shape[1]], given_tokens)
+        x = torch.from_numpy(np.asarray(inputs)).to(device=device)
+        ignore |= ~answer_cells(x[:, :t.shape[1]], given_tokens)
     return torch.where(ignore, torch.full_like(t, IGNORE), t)
+
+
+def answer_cells(inputs: torch.Tensor, given_tokens: torch.Tensor | None) -> torch.Tensor:
+    """(B, L) bool: the cells the model answers - all but those whose input is a given token
+    (train.mask_given: a maze's walls, S and G carry no label, and nothing reads the model's argmax there)."""
+    if given_tokens is None:
+        return torch.ones_like(inputs, dtype=torch.bool)
+    return ~torch.isin(inputs.long(), given_tokens.to(inputs.device))
 
 
 def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
