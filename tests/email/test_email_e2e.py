@@ -95,6 +95,8 @@ def test_bundle_round_trip_never_unpickles(trained, monkeypatch):
     card = (tmp / "bundle" / "model_card.md").read_text()
     assert "macro-F1" in card and "hard-ham" in card
     assert "as `email predict` runs it (halting, float32)" in card and "at the end of training (all 2 steps)" in card
+    cal = json.loads((tmp / "bundle" / "calibration.json").read_text())  # the sure-answer rule, fitted or why not
+    assert "halt_probability" in cal and "messages" in cal["halt_fitted_on"] and "halting head says so" in card
 
     def refuse(*a, **k):
         raise AssertionError("a bundle must load without unpickling")

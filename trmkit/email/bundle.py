@@ -32,6 +32,7 @@ import torch
 from trmkit import rundir
 from trmkit.config import ConfigError, ModelConfig, current_names
 from trmkit.data.store import META_FILE
+from trmkit.email import halting
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
@@ -61,6 +62,8 @@ class Calibration:
     ece_before: float | None = None  # on test, at T = 1
     ece_after: float | None = None  # on test, at the fitted T
     fitted_on: str = "none"  # "val" when fitted
+    halt_probability: float | None = None  # a sure answer stops its message early (halting.py)
+    halt_fitted_on: str = "not fitted"
 
 
 def calibrate(run_dir: Path) -> Calibration:
@@ -108,7 +111,10 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
     config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta),
               "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
-    as_run = measure_as_predict_runs(run_dir, train.parent, meta["classes"], log)
+    clf = Classifier.load(run_dir, dtype="float32")
+    cal.halt_probability, cal.halt_fitted_on = clf.halt_probability, clf.halt_fitted_on
+    log(f"halting: {halting.describe(clf.halt_probability, clf.halt_fitted_on)}")
+    as_run = measure_as_predict_runs(clf, train.parent, meta["classes"], log)
     texts = {CONFIG_FILE: json.dumps(config, indent=2, default=str), LABELS_FILE: json.dumps(meta["classes"]),
              CALIBRATION_FILE: json.dumps(asdict(cal), indent=2),
              MODEL_CARD_FILE: model_card(run_dir, cfg, meta, cal, as_run)}
@@ -152,9 +158,9 @@ def write_bundle(out: Path, copies: dict[str, Path], texts: dict[str, str]) -> N
         raise
 
 
-def measure_as_predict_runs(run_dir: Path, store: Path, classes: list[str], log=print) -> dict | None:
-    """The test split classified the way `email predict` runs by default (halting at the first
-    positive halting logit, float32): the card's headline numbers are the ones a user gets."""
+def measure_as_predict_runs(clf: "Classifier", store: Path, classes: list[str], log=print) -> dict | None:
+    """The test split classified the way `email predict` runs by default (halting as halting.py says,
+    float32): the card's headline numbers are the ones a user gets."""
     from trmkit.email.task import MESSAGES_FILE
     from trmkit.tasks.classify.metrics import summary_metrics
 
@@ -162,7 +168,6 @@ def measure_as_predict_runs(run_dir: Path, store: Path, classes: list[str], log=
     if not path.is_file():
         return None
     records = json.loads(path.read_text())
-    clf = Classifier.load(run_dir, dtype="float32")
     preds = clf.predict([Message(subject=r["subject"], sender=r["sender"], body=r["body"]) for r in records])
     result = summary_metrics([classes.index(r["label"]) for r in records],
                              [classes.index(p["predicted"]) for p in preds], classes)
@@ -192,7 +197,8 @@ def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration, as_run: d
     if as_run is not None:
         lines.append(f"- as `email predict` runs it (halting, float32): accuracy {as_run['accuracy']:.4f}, "
                      f"macro-F1 {as_run['macro_f1']:.4f}, {as_run['steps_per_message']:.2f} supervision steps "
-                     f"per message of {m['halt_max_steps']}")
+                     f"per message of {m['halt_max_steps']}: "
+                     + halting.describe(cal.halt_probability, cal.halt_fitted_on))
     lines += [
         f"- at the end of training (all {m['halt_max_steps']} steps): accuracy "
         f"{summary.get('accuracy', float('nan')):.4f}, macro-F1 {summary.get('macro_f1', float('nan')):.4f}",
@@ -263,6 +269,8 @@ class Classifier:
         self.log = None  # where choose_dtype reports its measurement
         self.native_bf16: bool | None = None  # the CPU's bf16 instructions (the caller's hardware probe)
         self.cache_dir: Path | None = None  # where a measured choice is kept per machine and model
+        self.halt_probability: float | None = None  # a sure answer stops its message early (halting.py)
+        self.halt_fitted_on = "not fitted"
 
     def choose_dtype(self, inputs: np.ndarray, log=None) -> str:
         """float32 at once on a CPU without native bf16 instructions (bf16 would be emulated, several
@@ -329,9 +337,15 @@ class Classifier:
         labels = read_json(path / LABELS_FILE)
         if not isinstance(labels, list) or not all(isinstance(c, str) for c in labels):
             raise _Unreadable(path / LABELS_FILE, "it is not a list of class names")
-        return cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE, labels, config["seq_len"],
-                          config.get("tail", 0), float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE),
-                          **kwargs)
+        clf = cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE, labels, config["seq_len"],
+                         config.get("tail", 0), float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE),
+                         **kwargs)
+        if "halt_probability" in cal:
+            clf.halt_probability, clf.halt_fitted_on = cal["halt_probability"], cal.get("halt_fitted_on", "?")
+        else:
+            clf.halt_fitted_on = ("a bundle exported before predict stopped sure answers early: export it again "
+                                  "to fit the rule")
+        return clf
 
     @classmethod
     def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
@@ -340,9 +354,35 @@ class Classifier:
         if not fitted.is_file() and rundir.path(run_dir, rundir.CLASSIFICATION).is_file():
             calibrate(run_dir)
         cal = read_json(fitted) if fitted.is_file() else {}
-        return cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
-                          text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
-                          bag=_bag(train / BAG_FILE), **kwargs)
+        clf = cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
+                         text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
+                         bag=_bag(train / BAG_FILE), **kwargs)
+        clf.fit_halting(train.parent)
+        return clf
+
+    def fit_halting(self, store: Path) -> None:
+        """halt_probability fitted on the store's first split of halting.FIT_SPLITS with rows, no labels read."""
+        for split in halting.FIT_SPLITS:
+            path = store / split / "inputs.npy"
+            if path.is_file():
+                rows = reading(path, lambda p: np.load(p, mmap_mode="r"))[: halting.FIT_MESSAGES]
+                break
+        else:
+            self.halt_fitted_on = f"{store} has no split to fit the rule on"
+            return
+        if len(rows) < halting.MIN_MESSAGES:
+            self.halt_fitted_on = f"{len(rows)} messages in {path.parent} (under {halting.MIN_MESSAGES}): not fitted"
+            return
+        steps: list[np.ndarray] = []
+        halt, counted, self.halt = self.halt, self.steps_run, False
+        for start in range(0, len(rows), self.batch_size):
+            part: list[np.ndarray] = []
+            self.logits(np.array(rows[start:start + self.batch_size]), every_step=part)
+            steps = [np.concatenate(pair) for pair in zip(steps, part)] if steps else part
+        self.halt, self.steps_run = halt, counted  # fitting is not part of the mailbox's work
+        probs = [stablemax_probs(s.astype(np.float64), self.temperature) for s in steps]
+        self.halt_probability = halting.fit_probability(probs)
+        self.halt_fitted_on = f"the {len(rows)} messages of {path.parent}"
 
     @classmethod
     def _build(cls, model_cfg: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
@@ -357,11 +397,12 @@ class Classifier:
         return cls(model, reading(tokenizer, EmailTokenizer.load), list(classes), seq_len, tail, temperature, **kwargs)
 
     @torch.inference_mode()
-    def logits(self, inputs: np.ndarray) -> np.ndarray:
+    def logits(self, inputs: np.ndarray, every_step: list | None = None) -> np.ndarray:
         """(n, C) class logits after the last supervision step each message takes.
 
-        With halting on, a message stops at the first step whose halting logit is > 0 (or at
-        N_sup), as the model was trained to; off, every message runs all N_sup steps (as `eval`)."""
+        With halting on, a message stops at the first step whose halting logit is > 0 or whose top
+        probability is at least halt_probability (halting.py), else at N_sup; off, every message runs
+        all N_sup steps (as `eval`). every_step: a list that gets each step's (active, C) logits."""
         x = torch.from_numpy(np.asarray(inputs, dtype=np.int64))
         n, n_sup = x.shape[0], self.model.cfg.halt_max_steps
         carry = self.model.initial_carry(n)
@@ -369,19 +410,35 @@ class Classifier:
         pids = torch.zeros(n, dtype=torch.int64)
         out = torch.zeros(n, self.model.cfg.num_classes)
         active = torch.arange(n)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
+            embedded = self.model.embed_input(x, pids)  # once: no step changes it
         for step in range(1, n_sup + 1):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
-                z_H, z_L, logits, q = self.model(z_H, z_L, x[active], pids[: len(active)])
+                z_H, z_L, logits, q = self.model(z_H, z_L, x, pids, embedded)
             q = q.float()
             self.steps_run += len(active)
             out[active] = logits[:, 0].float()
+            if every_step is not None:
+                every_step.append(out[active].numpy())
             if step == n_sup:
                 break
-            keep = q <= 0 if self.halt else torch.ones_like(q, dtype=torch.bool)
+            keep = self._goes_on(q, out[active])
             if not keep.any():
                 break
-            active, z_H, z_L = active[keep], z_H[keep], z_L[keep]
+            active, z_H, z_L, x, pids = active[keep], z_H[keep], z_L[keep], x[keep], pids[keep]
+            embedded = embedded.rows(keep)
         return out.numpy()
+
+    def _goes_on(self, q: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Which messages take another step: every one without halting; else those whose halting head
+        says go on (q_halt <= 0) and whose top probability is under halt_probability."""
+        if not self.halt:
+            return torch.ones_like(q, dtype=torch.bool)
+        keep = q <= 0
+        if self.halt_probability is not None:
+            top = stablemax_probs(logits.numpy().astype(np.float64), self.temperature).max(1)
+            keep &= torch.from_numpy(top < self.halt_probability)
+        return keep
 
     def encode(self, messages: list[Message]) -> np.ndarray:
         return encode_messages(self.tokenizer, self.bag, messages, self.seq_len, self.tail)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trmkit import rundir
 from trmkit.config import ConfigError
-from trmkit.email import label_command
+from trmkit.email import halting, label_command
 from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
@@ -120,6 +120,8 @@ def run_predict(args: argparse.Namespace) -> int:
     out_path = guard_output(args.out, [*args.inputs, *model_reads(args.model)]) if args.out else None
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
+    _stderr(f"predict: halting: {halting.describe(clf.halt_probability, clf.halt_fitted_on)}" if clf.halt
+            else "predict: halting off (--no-halt): every message runs every supervision step")
     cpu = probe_cpu()
     clf.native_bf16, clf.cache_dir = native_bf16(cpu.features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)

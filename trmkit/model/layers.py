@@ -257,11 +257,27 @@ class Network(nn.Module):
             h = checkpoint(block, h, positions, use_reentrant=False) if recompute else block(h, positions)
         return h
 
-    @torch.compiler.disable  # inductor cannot lower oneDNN's fused matmuls: under compile they run eagerly
     def _fused_blocks(self, h: torch.Tensor, positions) -> torch.Tensor:
         for block in self.blocks:
             h = block.forward_fused(h, positions)
         return h
+
+    def compile(self, *args, **kwargs) -> None:
+        """nn.Module.compile, the fused path left eager first (keep_fused_path_eager)."""
+        keep_fused_path_eager()
+        super().compile(*args, **kwargs)
+
+
+def keep_fused_path_eager() -> None:
+    """Mark Network._fused_blocks to run eagerly under torch.compile (inductor cannot lower oneDNN's fused
+    matmuls), once per process, before anything is compiled. Not a decorator: torch.compiler.disable imports
+    torch._dynamo, about 2.6 s of every start-up, which inference without compile (e-mail predict) never needs."""
+    if not _EAGER:
+        Network._fused_blocks = torch.compiler.disable(Network._fused_blocks)
+        _EAGER.append(True)
+
+
+_EAGER: list[bool] = []  # holds True once keep_fused_path_eager has run
 
 
 def fused_inference_works(dtype: torch.dtype = torch.bfloat16) -> str:

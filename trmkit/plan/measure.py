@@ -17,7 +17,7 @@ import torch
 
 from trmkit.config import Config, ModelConfig
 from trmkit.hardware import HardwareInfo
-from trmkit.model.layers import Network, rotary_tables
+from trmkit.model.layers import Network, keep_fused_path_eager, rotary_tables
 from trmkit.plan.cache import COMPILE_FILE, SPEED_FILE, read_cache, write_cache
 from trmkit.plan.memory_model import seq_total
 from trmkit.plan.objects import autocast_factory
@@ -107,6 +107,7 @@ def measure_compile(m: ModelConfig, micro_batch: int, dtype: str, threads: int,
     with _torch_threads(threads):
         eager = _best_time(lambda: run(net), 3, device)
         try:
+            keep_fused_path_eager()
             compiled = torch.compile(net)
             t0 = time.perf_counter()
             run(compiled)
