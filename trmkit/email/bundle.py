@@ -362,6 +362,9 @@ class Classifier:
 
     def fit_halting(self, store: Path) -> None:
         """halt_probability fitted on the store's first split of halting.FIT_SPLITS with rows, no labels read."""
+        if self.model.cfg.halt_max_steps == 1:
+            self.halt_fitted_on = "one supervision step per message: none to stop early"
+            return
         for split in halting.FIT_SPLITS:
             path = store / split / "inputs.npy"
             if path.is_file():

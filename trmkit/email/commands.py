@@ -15,6 +15,7 @@ from trmkit.email import halting, label_command
 from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
+KEPT_FREED_BYTES = 256 << 20  # predict's C allocator keeps this much freed memory at the heap's top for reuse
 MAX_WORKERS = 4  # parsing processes at most: beyond, the model is the bottleneck on a laptop
 LIGHT_TOKENS = 64  # at most this many tokens per message, the model classifies faster than one thread parses
 
@@ -113,6 +114,7 @@ def input_messages(inputs: list[str], fmt: str, report):
 def run_predict(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
     from trmkit.email.bundle import Classifier
+    from trmkit.hardware.allocator import keep_freed_memory
     from trmkit.hardware.cpu import native_bf16, probe_cpu
     from trmkit.hardware.memory import PeakMeter
 
@@ -125,6 +127,10 @@ def run_predict(args: argparse.Namespace) -> int:
     cpu = probe_cpu()
     clf.native_bf16, clf.cache_dir = native_bf16(cpu.features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)
+    if keep_freed_memory(KEPT_FREED_BYTES):
+        _stderr(f"predict: freed memory is kept for reuse (up to {KEPT_FREED_BYTES >> 20} MiB): each batch's "
+                "activations were returned to the system and faulted back in (on 2 AVX2 cores: 575-613 messages/s "
+                "for the model alone, against 649-767)")
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     t0 = time.perf_counter()
     results = prediction_stream(clf, args, report, cpu.effective_cores)
