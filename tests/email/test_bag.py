@@ -35,7 +35,9 @@ def _ids_as_first_written(bag: Bag, text: str) -> np.ndarray:
     """The bag's first, plain-Python ids(): stores built with it must read the same ids today."""
     weights: dict[int, float] = {}
     for gram, count in ngrams(text, bag.word_rule).items():
-        b = bucket(gram, bag.buckets)
+        b = bucket(gram, bag.buckets) if bag.words is None else bag.words.index(gram) if gram in bag.words else -1
+        if b < 0:  # words mode: an n-gram without an id
+            continue
         weights[b] = weights.get(b, 0.0) + (1 + math.log(count)) * float(bag.idf[b])
     top = sorted(weights, key=lambda b: (-weights[b], b))[: bag.positions]
     out = np.zeros(bag.positions, dtype=np.int64)
@@ -49,10 +51,25 @@ def test_the_fast_bag_writes_the_same_ids_as_the_first_one():
     texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 400)))) for _ in range(60)]
     texts += ["", "a a a a b", "x " * 5000 + "y", "tie one two three four five"]  # repeats, ties, no words
     fitted = Bag.fit(texts[:40], positions=16, buckets=1 << 9, vocab_offset=7, hashed=True)  # collisions too
-    for bag in (fitted, dataclasses.replace(fitted, word_rule="joined")):  # the stores before read joined words
+    words = Bag.fit(texts[:40], positions=16, buckets=200, vocab_offset=7)  # words mode, some n-grams left out
+    for bag in (fitted, dataclasses.replace(fitted, word_rule="joined"), words):  # before: joined words
         for text in texts:
             assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text)), text[:40]
             assert np.array_equal(bag.ids(text), _ids_as_first_written(bag, text))  # again, from the cache
+
+
+def test_ascii_text_splits_into_the_same_words_by_the_faster_rules():
+    # bag.ASCII_WORD_RULES and prepare._ASCII_WORD replace the Unicode classes on ASCII text only
+    from trmkit.email import prepare
+    from trmkit.email.bag import ASCII_WORD_RULES, WORD_RULES
+
+    every = "".join(map(chr, range(128)))
+    texts = [every, every[::-1], "don't v1.2 a_b x'y'z 1.2.3 '.' a..b it's_ 9x _q", " ".join(every)]
+    for rule, pattern in WORD_RULES.items():
+        for text in texts:
+            assert ASCII_WORD_RULES[rule].findall(text) == pattern.findall(text), rule
+    for text in texts:
+        assert prepare._ASCII_WORD.findall(text) == prepare._WORD.findall(text)
 
 
 def test_words_split_at_punctuation_and_stores_before_keep_their_joined_words():

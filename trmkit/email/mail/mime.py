@@ -124,7 +124,7 @@ def _header_text(raw: Mapping[str, str], name: str) -> tuple[str, str | None]:
     value = _LINE_BREAKS.sub("", value)
     note = f"header cut: {name} from {len(value)} characters" if len(value) > MAX_HEADER_PARSE_CHARS else None
     try:
-        text = str(_parse_header(_TEXT_HEADERS, name, value[:MAX_HEADER_PARSE_CHARS]))
+        text = _unstructured_text(name, value[:MAX_HEADER_PARSE_CHARS])
     except Exception as exc:  # noqa: BLE001 - the header parser has many failure modes on bad input
         text = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         note = f"header fallback: {name} ({type(exc).__name__})"
@@ -132,6 +132,19 @@ def _header_text(raw: Mapping[str, str], name: str) -> tuple[str, str | None]:
 
 
 _TEXT_HEADERS = HeaderRegistry(use_default_map=False)  # every header as UnstructuredHeader
+
+
+def _unstructured_text(name: str, value: str) -> str:
+    """What policy.default decodes an unstructured header `value` to, parsing only values that need it.
+
+    Its parser (get_unstructured) changes a value only at an encoded word, which starts "=?";
+    without one the decoded text is the value itself (with 8-bit bytes repaired as _parse_header
+    does), so the parse - 0.05 ms a header, a third of parsing SpamAssassin - is skipped. Checked
+    equal on every header of the SpamAssassin corpus (tests/email/test_mail.py).
+    """
+    if "=?" in value:
+        return str(_parse_header(_TEXT_HEADERS, name, value))
+    return _repair_8bit(value)
 
 
 def date_of(value: str) -> float | None:
