@@ -38,7 +38,7 @@ def phase_times(s: BenchSession) -> dict[str, float]:
     B = st.carry.z_H.shape[0]
     marks = [time.perf_counter()]
     with s.ctx.autocast():
-        x, pooled = model.embed_parts(st.inputs, st.puzzle_ids)
+        x, pooled, linear = model.embed_input(st.inputs, st.puzzle_ids)
         positions = model._positions(x.shape[1])
         z_H, z_L = st.carry.z_H, st.carry.z_L
         with torch.no_grad():
@@ -46,7 +46,7 @@ def phase_times(s: BenchSession) -> dict[str, float]:
                 z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
         marks.append(time.perf_counter())
         z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
-        logits = model.output(z_H, pooled, st.inputs)
+        logits = model.output(z_H, pooled, linear)
         q = model.halt_logit(z_H)
     marks.append(time.perf_counter())
     loss, _ = act_loss(logits, st.labels, q, cfg.halt_loss_weight, s.ctx.label_weights)
