@@ -357,7 +357,8 @@ class Classifier:
         clf = cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
                          text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
                          bag=_bag(train / BAG_FILE), **kwargs)
-        clf.fit_halting(train.parent)
+        if clf.halt:  # --no-halt runs every step: nothing to fit
+            clf.fit_halting(train.parent)
         return clf
 
     def fit_halting(self, store: Path) -> None:
