@@ -150,12 +150,21 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     if auto is not None and (counts or pool):
         raise ConfigError("--steps auto evaluates one-shot: --vote and --pool need a list of K (--steps 16,32)")
     step_list = testtime.parse_steps(_listed(steps)) if auto is None else []
+    testtime.check_pool(pool, counts, step_list)
+    if checkpoint is not None:
+        evaluate_mod.checkpoint_path(run_dir, checkpoint)  # a step not kept is refused before the model loads
     n_select = select_mod.parse_select(select)
     _check_select(n_select, select_from, auto, step_list)
+    # The vote's variants from the test split's meta.json: a count the task cannot run (a maze has 8
+    # symmetries) is refused before the session and the model load (~3 s); without a readable test
+    # split, prepare says what is wrong with the store.
+    meta = _test_meta(cfg)
+    variants = _variants(cfg, meta, max(counts), log) if counts and meta else None
     session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), evaluate_only=True,
                       **task_hooks(cfg, log))
     evaluate_mod.load_weights(session, run_dir, checkpoint)
-    variants = _variants(cfg, session, max(counts), log) if counts else None
+    if counts and variants is None:  # the store has no test split: refused with the reason
+        variants = _variants(cfg, _split_meta(session), max(counts), log)
     with session.run.meter.phase("eval"):
         if auto is not None:
             result = testtime.eval_auto(session, auto, limit, log=log)
@@ -207,7 +216,7 @@ def _select_variants(cfg: Config, session, n: int, source: str, log: Log):
     count = n
     while True:
         try:
-            variants = _variants(cfg, session, count, log)
+            variants = _variants(cfg, _split_meta(session), count, log)
         except ConfigError:
             if source != "both" or count == 1 or session.data.test is None:
                 raise
@@ -226,16 +235,31 @@ def _listed(values: Iterable[int] | str | None) -> str | None:
     return ",".join(str(int(v)) for v in values)
 
 
-def _variants(cfg: Config, session, count: int, log: Log):
-    """The store's task's symmetries to vote over (`--vote`)."""
+def _variants(cfg: Config, meta, count: int, log: Log):
+    """The store's task's symmetries to vote over (`--vote`), for the test split's StoreMeta (None: none)."""
     task = store_task(cfg, log)
-    if task is None or task.variants is None or session.data.test is None:
+    if task is None or task.variants is None or meta is None:
         raise ConfigError(f"--vote: the task of {cfg.data.path} declares no symmetries to vote over "
                           "(Maze and Sudoku do); evaluate without --vote")
     try:
-        return task.variants(session.data.test.meta, count)
+        return task.variants(meta, count)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+
+
+def _split_meta(session):
+    """The StoreMeta of the session's test split; None without one."""
+    return session.data.test.meta if session.data.test is not None else None
+
+
+def _test_meta(cfg: Config):
+    """The StoreMeta of the store's test split; None when it cannot be read."""
+    from trmkit.data.store import META_FILE, StoreError, read_meta
+
+    try:
+        return read_meta(Path(cfg.data.path) / "test" / META_FILE)
+    except StoreError:
+        return None
 
 
 def store_task(cfg: Config, log: Log = print):

@@ -77,8 +77,21 @@ def selfplay_args(root, run_dir, *extra):
 
 
 def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
-    full = seeded / "full"
-    finish(trmkit(*selfplay_args(seeded, full)))
+    full, cut = seeded / "full", seeded / "cut"
+    # The whole run beside the one that is killed (one thread each, own run dirs): the whole one is
+    # read only after it ends, and the pair takes about the wall time of one.
+    whole, proc = trmkit(*selfplay_args(seeded, full)), trmkit(*selfplay_args(seeded, cut))
+    deadline = time.time() + SAFETY_TIMEOUT
+    try:
+        while not any(int(p.name.split("-")[1]) >= 2 for p in list_checkpoints(cut)):
+            assert proc.poll() is None and time.time() < deadline, "no checkpoint 2 in time"
+            time.sleep(0.01)
+    except BaseException:
+        procs.kill_group(whole)  # no run left behind when the wait fails
+        raise
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finish(whole)
     history = read_metrics(full / "metrics.jsonl")
     step = [h for h in history if "reward/solve" in h]
     assert len(step) == 4
@@ -93,14 +106,6 @@ def test_selfplay_logs_every_role_and_resumes_exactly_after_sigkill(seeded):
     assert all(abs(h["advantage/mean/solve"]) < 1e-6 for h in step)  # leave-one-out: zero mean per task
     assert step[0]["kl/seed"] >= 0 and any(h["kl/seed"] > 0 for h in step)  # measured against the --init run
 
-    cut = seeded / "cut"
-    proc = trmkit(*selfplay_args(seeded, cut))
-    deadline = time.time() + SAFETY_TIMEOUT
-    while not any(int(p.name.split("-")[1]) >= 2 for p in list_checkpoints(cut)):
-        assert proc.poll() is None and time.time() < deadline, "no checkpoint 2 in time"
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     for p in list_checkpoints(cut):  # as if killed right after step 2's checkpoint
         if int(p.name.split("-")[1]) > 2:
             shutil.rmtree(p)

@@ -94,17 +94,25 @@ def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
 
 def test_generated_training_resumes_exactly_after_sigkill(root):
     data = f"data.path={root / 'm7'}"
-    whole = cli("train", str(root / "conv.yaml"), f"run.dir={root / 'whole'}", data)
-    assert whole.returncode == 0, whole.stdout + whole.stderr
-    assert "stream=generate" in whole.stdout and "7 x 7 mazes" in whole.stdout
+    # The whole run beside the one that is killed (one thread each, own run dirs): the whole one is
+    # read only after it ends, and the pair takes about the wall time of one.
+    train = [sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml")]
+    whole = procs.start([*train, f"run.dir={root / 'whole'}", data], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     killed = root / "killed"
-    proc = procs.start([sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml"), f"run.dir={killed}",
-                        data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = procs.start([*train, f"run.dir={killed}", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + SAFETY_TIMEOUT
-    while not any(load_step(p) >= 4 for p in list_checkpoints(killed)):
-        assert proc.poll() is None and time.time() < deadline, "the run ended before step 4"
-        time.sleep(0.02)
+    try:
+        while not any(load_step(p) >= 4 for p in list_checkpoints(killed)):
+            assert proc.poll() is None and time.time() < deadline, "the run ended before step 4"
+            time.sleep(0.02)
+    except BaseException:
+        procs.kill_group(whole)  # no run left behind when the wait fails
+        raise
     procs.kill_group(proc, signal.SIGKILL)
+    out, err = procs.communicate(whole, SAFETY_TIMEOUT)
+    assert whole.returncode == 0, out + err
+    assert "stream=generate" in out and "7 x 7 mazes" in out
     assert 4 <= load_checkpoint(list_checkpoints(killed)[-1]).step < 10
     resumed = cli("train", "--resume", str(killed))
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stdout + resumed.stderr

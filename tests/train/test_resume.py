@@ -66,14 +66,19 @@ def final_state(run_dir: Path) -> dict:
 
 
 def test_sigkill_and_resume_equals_an_uninterrupted_run(setup):
-    whole = setup / "whole"
-    out = procs.communicate(trmkit(*train_args(setup, whole)), SAFETY_TIMEOUT)[0]
-    assert "final:" in out, out
-    killed = setup / "killed"
-    proc = trmkit(*train_args(setup, killed))
-    wait_for_checkpoint(killed, 6, proc)
+    whole, killed = setup / "whole", setup / "killed"
+    # The uninterrupted run beside the one that is killed (one thread each, own run dirs): the whole one
+    # is read only after it ends, and the pair takes about the wall time of one.
+    reference, proc = trmkit(*train_args(setup, whole)), trmkit(*train_args(setup, killed))
+    try:
+        wait_for_checkpoint(killed, 6, proc)
+    except BaseException:
+        procs.kill_group(reference)  # no run left behind when the wait fails
+        raise
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    out = procs.communicate(reference, SAFETY_TIMEOUT)[0]
+    assert "final:" in out, out
     # the kill landed mid-run (measured: at step 6 in 30 of 30 tries, also beside 4 busy processes)
     assert proc.returncode == -signal.SIGKILL
     killed_at = load_checkpoint(list_checkpoints(killed)[-1]).step

@@ -284,12 +284,18 @@ def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None =
 
 
 def _checkpoint_tensors(run_dir: str | os.PathLike[str], step: int) -> dict[str, torch.Tensor]:
-    """The tensors of RUN_DIR's checkpoint of `step`, verified; an error that lists the kept steps."""
+    """The tensors of RUN_DIR's checkpoint of `step`, verified."""
+    return checkpoint.load_checkpoint(checkpoint_path(run_dir, step)).tensors
+
+
+def checkpoint_path(run_dir: str | os.PathLike[str], step: int) -> os.PathLike[str]:
+    """RUN_DIR's checkpoint of `step`; an error that lists the kept steps (`trmkit eval --checkpoint`
+    asks before the session and the model load, so a step not kept is refused at once)."""
     kept = {checkpoint.step_of(path): path for path in checkpoint.list_checkpoints(run_dir)}
     if step not in kept:
         raise ConfigError(f"{run_dir}: no checkpoint of step {step} (kept: {', '.join(map(str, kept)) or 'none'}); "
                           "train.checkpoint_every and train.keep_checkpoints decide which are kept")
-    return checkpoint.load_checkpoint(kept[step]).tensors
+    return kept[step]
 
 
 GENERIC_EVAL = ("cell_accuracy", "blank_accuracy", "exact_accuracy", "loss", "act_steps", "samples")

@@ -71,6 +71,13 @@ def parse_counts(text: str | None) -> list[int]:
     return counts
 
 
+def check_pool(mode: str | list[int] | None, counts: list[int], steps: list[int]) -> None:
+    """`--pool` (a mode, or pool_steps' K; None: no pool) needs a vote (--vote N) at several K
+    (--steps K1,K2,...): refused otherwise, before the session and the model load."""
+    if mode is not None and not (counts and len(steps) > 1):
+        raise ConfigError("--pool votes over the answers at several K: give --steps K1,K2,... and --vote N")
+
+
 def pool_steps(mode: str | None, steps: list[int]) -> list[int] | None:
     """The K whose answers `--pool` puts to one vote: "listed" -> the --steps given; "every" -> every K
     from the smallest to the largest of them (one pass to the largest K reads them all); None -> no pool."""
@@ -89,8 +96,7 @@ def eval_at_steps(s: Session, steps: list[int], limit: int | None = None, log: L
     over the largest count's variants at each of those K ("pooled_vote"). Several K in one process are
     one pass (run_eval_curve: 8,16,32,64 cost 64 steps per example, not 120), each K's "seconds" the time
     to reach it."""
-    if pool is not None and not (counts and len(steps) > 1):
-        raise ConfigError("--pool votes over the answers at several K: give --steps K1,K2,... and --vote N")
+    check_pool(pool, counts or [], steps)
     trained, curve = s.model.cfg, {}
     one_pass = run_eval_curve(s, steps, limit, log) if len(steps) > 1 and not s.run.world.active else {}
     try:
