@@ -136,8 +136,6 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure"""
     from trmkit import hardware
     from trmkit.train import evaluate as evaluate_mod
-    from trmkit.train import halting
-    from trmkit.train import select as select_mod
     from trmkit.train import testtime
     from trmkit.train.finish import memory_summary
     from trmkit.train.session import prepare
@@ -145,16 +143,7 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     run_dir = load(run.dir if isinstance(run, Run) else run).dir
     extra = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else []) + as_overrides(overrides)
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra)
-    counts = testtime.parse_counts(_listed(vote))
-    auto = halting.parse_auto(_listed(steps))  # `--steps auto[:cap]`; None: a list of K
-    if auto is not None and (counts or pool):
-        raise ConfigError("--steps auto evaluates one-shot: --vote and --pool need a list of K (--steps 16,32)")
-    step_list = testtime.parse_steps(_listed(steps)) if auto is None else []
-    testtime.check_pool(pool, counts, step_list)
-    if checkpoint is not None:
-        evaluate_mod.checkpoint_path(run_dir, checkpoint)  # a step not kept is refused before the model loads
-    n_select = select_mod.parse_select(select)
-    _check_select(n_select, select_from, auto, step_list)
+    counts, auto, step_list, n_select = _eval_arguments(run_dir, steps, vote, pool, checkpoint, select, select_from)
     # The vote's variants from the test split's meta.json: a count the task cannot run (a maze has 8
     # symmetries) is refused before the session and the model load (~3 s); without a readable test
     # split, prepare says what is wrong with the store.
@@ -181,6 +170,28 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
     result["memory"] = memory
     return result
+
+
+def _eval_arguments(run_dir: Path, steps, vote, pool: str | None, checkpoint: int | None, select: int | None,
+                    select_from: str) -> tuple[list[int], int | None, list[int], int]:
+    """(vote counts, --steps auto's cap or None, the K list, --select's N) from `evaluate`'s arguments, each
+    refused at once when it cannot run: before the session and the model load, not after them."""
+    from trmkit.train import evaluate as evaluate_mod
+    from trmkit.train import halting
+    from trmkit.train import select as select_mod
+    from trmkit.train import testtime
+
+    counts = testtime.parse_counts(_listed(vote))
+    auto = halting.parse_auto(_listed(steps))  # `--steps auto[:cap]`; None: a list of K
+    if auto is not None and (counts or pool):
+        raise ConfigError("--steps auto evaluates one-shot: --vote and --pool need a list of K (--steps 16,32)")
+    step_list = testtime.parse_steps(_listed(steps)) if auto is None else []
+    testtime.check_pool(pool, counts, step_list)
+    if checkpoint is not None:
+        evaluate_mod.checkpoint_path(run_dir, checkpoint)  # a step not kept is refused before the model loads
+    n_select = select_mod.parse_select(select)
+    _check_select(n_select, select_from, auto, step_list)
+    return counts, auto, step_list, n_select
 
 
 def _check_select(n: int, source: str, auto: int | None, step_list: list[int]) -> None:
@@ -351,7 +362,8 @@ def classify_mail(model: str | Path, *inputs: str | Path, threshold: float | Map
     >>> [p["label"] for p in trmkit.classify_mail("runs/email/bundle", "mail/inbox.mbox")]
     ['spam', 'easy-ham', ...]"""
     from trmkit.data.imports import ImportReport
-    from trmkit.email.bundle import Classifier, predict_stream
+    from trmkit.email.bundle import Classifier
+    from trmkit.email.stream import predict_stream
     from trmkit.email.commands import input_messages
 
     clf = Classifier.load(model, batch_size=batch)

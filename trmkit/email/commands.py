@@ -154,8 +154,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def prediction_stream(clf, args: argparse.Namespace, report, cores: int):
     """Predictions for every input: parsed and encoded by worker processes where --workers chose
-    them (workers.py), else in a thread beside the model (bundle.predict_stream)."""
-    from trmkit.email.bundle import predict_batches, predict_stream
+    them (workers.py), else in a thread beside the model (stream.predict_stream)."""
+    from trmkit.email.stream import predict_batches, predict_stream
     from trmkit.email.mail.mailbox import iter_raw
     from trmkit.email.workers import encoded_batches
 
@@ -223,7 +223,8 @@ def model_threads(cores: int, workers: int, tokens: int) -> tuple[int, str]:
 
 def run_sort(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
-    from trmkit.email.bundle import Classifier, predict_stream
+    from trmkit.email.bundle import Classifier
+    from trmkit.email.stream import predict_stream
     from trmkit.email.mail.mailbox import detect_format
     from trmkit.email.sort import sort_messages
     from trmkit.hardware.cpu import native_bf16, probe_cpu
