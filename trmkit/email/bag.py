@@ -138,7 +138,8 @@ class Bag:
                 return out
             b, tf = b[known], tf[known]
         present, sums = self._sum_by_id(b, tf * self.idf[b])  # ids ascending: a stable sort keeps the lower on ties
-        present, sums = present[sums != 0], sums[sums != 0]
+        nonzero = sums != 0
+        present, sums = present[nonzero], sums[nonzero]
         top = present[np.argsort(-sums, kind="stable")[: self.positions]]
         out[: len(top)] = self.vocab_offset + np.sort(top)
         return out

@@ -374,14 +374,13 @@ class Classifier:
         if len(rows) < halting.MIN_MESSAGES:
             self.halt_fitted_on = f"{len(rows)} messages in {path.parent} (under {halting.MIN_MESSAGES}): not fitted"
             return
-        steps: list[np.ndarray] = []
+        batches: list[list[np.ndarray]] = []  # per batch, each step's logits
         halt, counted, self.halt = self.halt, self.steps_run, False
         for start in range(0, len(rows), self.batch_size):
-            part: list[np.ndarray] = []
-            self.logits(np.array(rows[start:start + self.batch_size]), every_step=part)
-            steps = [np.concatenate(pair) for pair in zip(steps, part)] if steps else part
+            batches.append([])
+            self.logits(np.array(rows[start:start + self.batch_size]), every_step=batches[-1])
         self.halt, self.steps_run = halt, counted  # fitting is not part of the mailbox's work
-        probs = [stablemax_probs(s.astype(np.float64), self.temperature) for s in steps]
+        probs = [stablemax_probs(np.concatenate(step).astype(np.float64), self.temperature) for step in zip(*batches)]
         self.halt_probability = halting.fit_probability(probs)
         self.halt_fitted_on = f"the {len(rows)} messages of {path.parent}"
 
