@@ -31,7 +31,8 @@ from trmkit.plan.choose import (RETURNS_FREED, TIGHT_BUDGET, choose_accumulation
                                 choose_dtype, choose_eval_batch, choose_fused_inference, choose_keep_freed_memory,
                                 choose_micro_batch, choose_workers, dtypes_to_time, expected_run, share_budget)
 from trmkit.plan.device import choose_device, choose_threads
-from trmkit.plan.measure import others_cpu_percent, speed_table, step_seconds
+from trmkit.plan import measure
+from trmkit.plan.measure import speed_table, step_seconds
 from trmkit.plan.memory_model import Calibration, MemoryContext, process_baseline
 from trmkit.plan.objects import Choice, MemoryEstimate, Plan
 
@@ -69,7 +70,7 @@ def make_plan(cfg: Config, hw: HardwareInfo,
     check_sequence(cfg, saved_config)
     device = choose_device(cfg.run.device, hw)
     auto_cpu = cfg.run.threads <= 0 and ranks_here == 1 and device.value == "cpu"
-    busy = others_cpu_percent() / 100 * hw.cpu.effective_cores if auto_cpu else 0.0  # cores others use now
+    busy = measure.others_cpu_percent() / 100 * hw.cpu.effective_cores if auto_cpu else 0.0  # cores others use now
     threads, interop = choose_threads(cfg.run.threads, hw, ranks_here, busy)
     on_gpu = device.value == "cuda"
     budget = share_budget(choose_budget(hw, cfg.run, on_gpu), ranks_here, on_gpu)
