@@ -10,6 +10,10 @@ test: a module-scoped fixture may keep a worker, such as a sandbox, across its t
 Timeouts in the tests are safety nets, not measurements: `SAFETY_TIMEOUT` is generous, so
 that the suite passes on a loaded machine (scripts/test.sh --under-load); work is bounded by
 steps.
+
+scripts/test.sh runs the tests in several pytest-xdist workers: each worker's own torch work then
+takes its share of the cores (`_share_the_cores`), so that two workers' threads never wait on each
+other's cores at every OpenMP barrier (the processes the tests start choose their own threads).
 """
 
 import os
@@ -21,6 +25,16 @@ import pytest
 
 from tests import SAFETY_TIMEOUT  # noqa: F401 (the one safety net, tests/__init__.py)
 GRACE_SECONDS = 10.0  # a child may take this long to go after its test (interpreter teardown)
+
+
+def _share_the_cores() -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1:
+        import torch
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+_share_the_cores()
 
 
 def _descendants() -> dict[int, psutil.Process]:
