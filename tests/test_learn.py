@@ -8,7 +8,6 @@ import contextlib
 import io
 import json
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -199,16 +198,6 @@ def test_step_bench_options_are_refused_with_learn_and_the_reverse(tmp_path, cap
     assert "need --learn" in capsys.readouterr().err
     assert cli.main(["bench", "--learn", "1", str(tmp_path / "tiny.yaml"), "--save", "x.json"]) == 2
     assert "not to --learn" in capsys.readouterr().err
-
-
-def test_the_schedule_is_fitted_to_what_remains_of_the_budget():
-    s = SimpleNamespace(state=SimpleNamespace(step=10), cfg=config_mod.from_dict({}))
-    notes = []
-    learn.fit_schedule(s, now_s=30.0, per_step=0.5, timed_steps=9, budget_s=60.0, log=notes.append)
-    assert s.cfg.train.max_steps == 10 + 60  # 30 s left at 0.5 s/step
-    assert "train.max_steps=70" in notes[0] and "0.500 s/step" in notes[0]
-    learn.fit_schedule(s, now_s=59.9, per_step=0.5, timed_steps=9, budget_s=60.0, log=notes.append)
-    assert s.cfg.train.max_steps == 11  # never behind the current step
 
 
 def test_an_unknown_schedule_is_refused(tmp_path):

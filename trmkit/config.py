@@ -218,6 +218,7 @@ class TrainConfig:
     early_stop_evals: int = 0  # stop after this many evaluations without a better best_metric (0 = never)
     progressive_loss: float = 0.0  # p: a new sample starts, with probability p, from the detached carry of
     #                                n ~ U{1..N_sup} steps taken without gradients (Bansal et al. 2022); 0 = off
+    depth_curriculum: str = ""  # e.g. "0.3,0.6": shares of max_steps before which (T, n) is shallower (train/depth.py)
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):
@@ -489,8 +490,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
 
 
 def to_yaml(cfg: Config) -> str:
-    """The resolved config as YAML, sections and keys in their declared order (the trainer writes
-    it to RUN_DIR/config.yaml through trmkit.files; `load` reads it back)."""
+    """The resolved config as YAML, keys in declared order (written to RUN_DIR/config.yaml; `load` reads it)."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 

@@ -18,12 +18,14 @@ How time is counted:
   one step past the mark), never the nominal mark; every point has at
   least one more step than the one before.
 - Only the budget stops training, not train.max_steps. By default
-  (`schedule="budget"`) the learning-rate schedule is fitted to the budget:
-  after FIT_AFTER_S seconds of training the driver measures seconds per step
-  and sets train.max_steps to the steps the whole budget allows, so the
-  cosine ends when the budget does (printed with the measured speed; a later
-  slowdown leaves the lr above its floor at the end, a speed-up puts it on
-  the floor early). With `schedule="config"` the config's train.max_steps is
+  (`schedule="budget"`) the learning-rate schedule is fitted to the budget as
+  `trmkit train --minutes` fits it (train/timefit.py): after FIT_AFTER_S seconds
+  of training, and again at 25% and 50% of the budget (and 75% with
+  train.depth_curriculum), the driver measures seconds per step and sets
+  train.max_steps to the steps the whole budget allows, so the cosine ends when
+  the budget does (printed with the measured speed; a slowdown after the last
+  fit leaves the lr above its floor at the end, a speed-up puts it on the floor
+  early). With `schedule="config"` the config's train.max_steps is
   kept, and past it the lr stays at lr * lr_min_ratio.
 - Evaluation uses the EMA weights when EMA is on (as `run_eval` does), on
   every held-out puzzle (data.eval_limit is set to 0).
@@ -57,14 +59,14 @@ from trmkit.hardware import HardwareInfo
 from trmkit.tasks import sudoku
 from trmkit.tasks.base import Task
 from trmkit.tasks.sudoku import LearnSet
-from trmkit.train import evaluate, session
+from trmkit.train import depth, evaluate, session
 from trmkit.train.finish import save_weights
 from trmkit.train.step import train_step
+from trmkit.train.timefit import TimeFit
 
 Log = Callable[[str], None]
 DEFAULT_DATA_DIR = "data/learn-sudoku"  # the Sudoku set's (LearnSet.default_dir)
 SCHEDULES = ("budget", "config")
-FIT_AFTER_S = 30.0  # training seconds timed before the lr schedule is fitted to the budget
 
 
 FIXED_SET = LearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku/task.py)
@@ -181,8 +183,10 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
     log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
         f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
         f"{psutil.getloadavg()[0]:.2f} at start")
-    fit_at = min(FIT_AFTER_S, minutes * 60 / 2) if schedule == "budget" else None  # at most half the budget
-    points = run_curve(s, [60 * m for m in points_at], log, fit_at, target)
+    fit = TimeFit(budget_s=60 * minutes, start_s=0.0, model=s.cfg.model,
+                  ends=depth.stage_ends(s.cfg.train.depth_curriculum),
+                  counted="evaluation not counted") if schedule == "budget" else None
+    points = run_curve(s, [60 * m for m in points_at], log, fit, target)
     if keep is not None:
         keep_run(s, Path(keep), log)
     return points
@@ -196,25 +200,15 @@ def keep_run(s: session.Session, run_dir: Path, log: Log) -> None:
     log(f"learn: kept the final weights in {weights} (trmkit eval {run_dir} --data OTHER scores them)")
 
 
-def fit_schedule(s: session.Session, now_s: float, per_step: float, timed_steps: int, budget_s: float,
-                 log: Log) -> None:
-    """Set train.max_steps so that the lr schedule ends with the budget, at the speed measured so far."""
-    total = max(s.state.step + 1, s.state.step + int((budget_s - now_s) / per_step))
-    s.cfg = config_mod.replace(s.cfg, "train", max_steps=total)
-    log(f"learn: schedule: train.max_steps={total} (measured {per_step:.3f} s/step over steps 2-"
-        f"{timed_steps + 1}; the cosine now ends with the {budget_s / 60:g}-minute budget)")
-
-
 def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
-              fit_at: float | None = None, target: tuple[str, float] | None = None) -> list[Point]:
+              fit: TimeFit | None = None, target: tuple[str, float] | None = None) -> list[Point]:
     """Steps until each mark (seconds of training time), then an evaluation.
 
-    fit_at: after that many seconds of training, fit the lr schedule to the
-    budget (marks_s[-1]); None keeps the config's train.max_steps.
+    fit: fits the lr schedule to the budget (marks_s[-1]) from the training time (start_s 0); None keeps
+    the config's train.max_steps.
     target: (metric, value): stop after the first evaluation at which the metric reaches the value.
     """
     clock, batch, points = session.Clock(), s.cfg.train.batch_size, []
-    first_done, first_step = None, s.state.step + 1  # speed is timed from the end of the first step (compile)
     guard = s.run.guard
     on_oom = (lambda err: guard.on_oom(s.state.step, err)) if guard else None
     for mark in marks_s:
@@ -224,13 +218,10 @@ def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
             if guard is not None:
                 s.ctx.micro_batch = guard.observe(s.state.step, guard.reader.read())
             clock.samples += batch
-            now = clock.train_seconds()
-            if first_done is None:
-                first_done = now
-            elif fit_at is not None and now - first_done >= fit_at:
-                timed = s.state.step - first_step
-                fit_schedule(s, now, (now - first_done) / timed, timed, marks_s[-1], log)
-                fit_at = None
+            due = fit.observe(s.state.step, clock.train_seconds(), s.cfg.train.max_steps) if fit else None
+            if due is not None:  # the first step (compile) is not timed: observe starts the clock after it
+                s.cfg = config_mod.replace(s.cfg, "train", max_steps=due[0])
+                log(f"learn: schedule: {due[1]}")
             elif s.state.step == s.cfg.train.max_steps:
                 log(f"learn: step {s.state.step} = train.max_steps: the lr schedule has ended, lr stays at "
                     f"{metrics['train/lr']:.3g} (train.max_steps=N stretches it)")

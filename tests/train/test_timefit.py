@@ -5,7 +5,8 @@ import yaml
 
 from trmkit import cli
 from trmkit.tasks.sudoku.build import build_sudoku
-from trmkit.train.timefit import FIT_AFTER_S, TimeFit, fitted_steps
+from trmkit.train.depth import fitted_max_steps
+from trmkit.train.timefit import FIT_AFTER_S, TimeFit
 
 
 def test_the_fit_ends_the_schedule_with_the_budget_and_is_made_again_as_the_step_time_settles():
@@ -21,7 +22,8 @@ def test_the_fit_ends_the_schedule_with_the_budget_and_is_made_again_as_the_step
     assert [s for s, _ in seen] == [301, 1251, 2001]  # 30, 150, 300 s after the first step
     assert abs(seen[0][1] - (301 + (600 - 32.0) / 0.1)) <= 1  # 0.1 s/step measured over steps 2-301
     assert seen[2][1] < seen[0][1]  # slower steps: fewer of them fit in the budget
-    assert fitted_steps(10, 590.0, 1.0, 600.0) == 20 and fitted_steps(10, 700.0, 1.0, 600.0) == 11
+    assert fitted_max_steps(10, (0, 10.0), 10.0, 10, None, ())[0] == 20  # 1 s/step, 10 s left
+    assert fitted_max_steps(10, (0, 10.0), -100.0, 10, None, ())[0] == 11  # past the budget: one more step
 
 
 def test_a_fit_sets_max_steps_in_the_loop_and_in_the_run_config(tmp_path, monkeypatch, capsys):
@@ -34,7 +36,7 @@ def test_a_fit_sets_max_steps_in_the_loop_and_in_the_run_config(tmp_path, monkey
         "train: {batch_size: 8, max_steps: 500, warmup_steps: 2, eval_every: 0, checkpoint_minutes: 0, "
         "log_every: 1}\n")
 
-    def observe(self, step, now):  # the clock is not read: a fit at step 3 to 6 steps
+    def observe(self, step, now, max_steps=0):  # the clock is not read: a fit at step 3 to 6 steps
         return (6, "six steps fit the budget") if step == 3 else None
 
     monkeypatch.setattr(TimeFit, "observe", observe)

@@ -114,6 +114,7 @@ class TRM(nn.Module):
                              f"seq_len {cfg.seq_len}): it comes from the store's meta.json (grid_shape)")
         self.cfg = cfg
         self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
+        self.train_cycles: tuple[int, int] | None = None  # (T, n) of training steps (train/depth.py), else cfg's
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
         self.seq_total = cfg.network_positions
         self.embed_scale = math.sqrt(D)
@@ -231,8 +232,14 @@ class TRM(nn.Module):
     def _net(self, h, injection, positions):
         return self.net(h, injection, positions, recompute=self.grad_checkpointing and torch.is_grad_enabled())
 
-    def latent_recursion(self, z_H, z_L, x, positions):
-        for _ in range(self.cfg.L_cycles):
+    def cycles(self) -> tuple[int, int]:
+        """(T, n) of this call: the depth curriculum's in training (train/depth.py), else the config's."""
+        if self.training and self.train_cycles is not None:
+            return self.train_cycles
+        return self.cfg.H_cycles, self.cfg.L_cycles
+
+    def latent_recursion(self, z_H, z_L, x, positions, n: int | None = None):
+        for _ in range(self.cfg.L_cycles if n is None else n):
             z_L = self._net(z_L, z_H + x, positions)  # (B, S, D)
         z_H = self._net(z_H, z_L, positions)  # (B, S, D)
         return z_H, z_L
@@ -281,11 +288,11 @@ class TRM(nn.Module):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,).
         `embedded`: `embed_input(inputs, puzzle_ids)` computed before, rows in the same order."""
         x, pooled, linear = embedded if embedded is not None else self.embed_input(inputs, puzzle_ids)
-        positions = self._positions(x.shape[1])
+        positions, (t, n) = self._positions(x.shape[1]), self.cycles()
         with torch.no_grad():
-            for _ in range(self.cfg.H_cycles - 1):
-                z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
-        z_H, z_L = self.latent_recursion(z_H, z_L, x, positions)
+            for _ in range(t - 1):
+                z_H, z_L = self.latent_recursion(z_H, z_L, x, positions, n)
+        z_H, z_L = self.latent_recursion(z_H, z_L, x, positions, n)
         logits = self.output(z_H, pooled, linear)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt

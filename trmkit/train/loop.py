@@ -20,7 +20,7 @@ from trmkit import files, hardware, monitor, rundir
 from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.store import Split
 from trmkit.train import distributed as dist_mod
-from trmkit.train import timefit
+from trmkit.train import depth, timefit
 from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
@@ -136,12 +136,13 @@ def _time_fit(s: Session, clock: Clock, log: Log) -> TimeFit | None:
     log(f"time: train.max_steps will be fitted to {t.max_minutes:g} minutes from the measured step time "
         f"(first after {min(timefit.FIT_AFTER_S, 30 * t.max_minutes):g} s of steps, again at "
         f"{', '.join(f'{r:.0%}' for r in timefit.REFIT_AT)} of the budget)")
-    return TimeFit(budget_s=60 * t.max_minutes, start_s=clock.start)
+    return TimeFit(budget_s=60 * t.max_minutes, start_s=clock.start, model=s.cfg.model,
+                   ends=depth.stage_ends(t.depth_curriculum))
 
 
 def _refit(s: Session, fit: TimeFit, out: Monitors, log: Log) -> Config:
     """Apply a due fit to the session's config (and the run's config.yaml, which resume reads)."""
-    due = fit.observe(s.state.step, time.perf_counter())
+    due = fit.observe(s.state.step, time.perf_counter(), s.cfg.train.max_steps)
     if due is not None:
         total, why = due
         s.cfg = config_mod.replace(s.cfg, "train", max_steps=total)

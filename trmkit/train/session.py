@@ -35,6 +35,7 @@ from trmkit.hardware.memory import PeakMeter
 from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
+from trmkit.train import depth
 from trmkit.train import distributed as dist_mod
 from trmkit.train.distributed import SINGLE, World
 from trmkit.train.scorer import Scorer
@@ -310,6 +311,10 @@ def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log
     if cfg.train.progressive_loss:
         log(f"train: progressive_loss={cfg.train.progressive_loss} -> that share of new samples starts from the "
             f"detached carry of 1..{cfg.model.halt_max_steps} steps (N_sup) without gradients (train/step.py)")
+    ends = depth.stage_ends(cfg.train.depth_curriculum)
+    if ends:
+        log(f"train: depth_curriculum={cfg.train.depth_curriculum} -> {depth.describe(cfg.model, ends)}, "
+            "in training steps only; evaluation runs the full depth (train/depth.py)")
     opts = build_optimizers(model, cfg)  # before compiling: EMA and optimizer see plain parameters
     apply_to_model(plan, model)
     state = new_state(model, slots, cfg.model.seq_len, device)

@@ -29,6 +29,7 @@ import torch
 from trmkit.config import ModelConfig, TrainConfig
 from trmkit.model.losses import IGNORE, act_loss
 from trmkit.model.trm import TRM, Carry, halt_decision, input_dtype
+from trmkit.train import depth
 from trmkit.train.optim import EMA, SparseSignSGD, lr_at
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
     repeated).
     """
     set_learning_rates(opts, state.step, cfg)
+    ends = set_depth(model, state.step, cfg)
     new_samples = refill(model, state, stream, ctx)
     u, min_steps = rank_draws(state.carry.steps.shape[0], model.cfg, ctx)
     model.train()
@@ -169,7 +171,17 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
     metrics = step_metrics(stats, state.carry.steps, state.carry.halted, new_samples, opts)
     if cfg.progressive_loss:
         metrics["train/progressive_steps"] = float(progressive)
+    if ends:
+        metrics["train/depth_cost"] = depth.relative_cost(model.cycles(), model.cfg)
     return metrics
+
+
+def set_depth(model: TRM, step: int, cfg: TrainConfig) -> tuple[float, ...]:
+    """The training depth (T, n) of this step under train.depth_curriculum (train/depth.py); returns its
+    stage ends (empty: off, the config's depth)."""
+    ends = depth.stage_ends(cfg.depth_curriculum)
+    model.train_cycles = depth.cycles_at(step, cfg.max_steps, model.cfg, ends) if ends else None
+    return ends
 
 
 @torch.no_grad()

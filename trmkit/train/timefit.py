@@ -6,7 +6,8 @@ the warm-up and cosine end with the budget, at the speed measured so far: first 
 FIT_AFTER_S seconds of steps (or half the budget, whichever is less; the first step, which
 may compile, is not timed), then again at each share of the budget in REFIT_AT, with
 evaluations and checkpoints amortised into the measured seconds per step. max_minutes stays
-the hard stop. Each fit is printed with the measurement behind it.
+the hard stop. Each fit is printed with the measurement behind it. With train.depth_curriculum a
+step is counted by its depth's cost (train/depth.py), and the fit is made once more at DEEP_REFIT_AT.
 
 A run with several processes keeps the config's max_steps (each process would measure its
 own speed and the processes must agree on the step count); max_minutes still stops it.
@@ -16,13 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trmkit.config import ModelConfig
+from trmkit.train.depth import fitted_max_steps
+
 FIT_AFTER_S = 30.0  # seconds of timed steps before the first fit
 REFIT_AT = (0.25, 0.5)  # shares of the budget at which the fit is made again from the longer measurement
-
-
-def fitted_steps(step: int, elapsed_s: float, per_step_s: float, budget_s: float) -> int:
-    """The step count at which the budget ends, from `step` done after `elapsed_s`, at `per_step_s`."""
-    return max(step + 1, step + int((budget_s - elapsed_s) / per_step_s))
+DEEP_REFIT_AT = 0.75  # and with a depth curriculum once more, when the steps run at the full depth
 
 
 @dataclass
@@ -33,13 +33,18 @@ class TimeFit:
     start_s: float
     marks: list[float] = field(default_factory=list)  # seconds of timed steps at which to fit
     timed_from: tuple[int, float] | None = None  # (step, time) at the end of the first step
+    model: ModelConfig | None = None  # with `ends` (train.depth_curriculum): steps cost by their depth
+    ends: tuple[float, ...] = ()
+    counted: str = "evaluations and checkpoints included"  # what the measured time holds besides the steps
 
     def __post_init__(self) -> None:
         first = min(FIT_AFTER_S, self.budget_s / 2)
-        self.marks = [first] + [self.budget_s * r for r in REFIT_AT if self.budget_s * r > first]
+        shares = REFIT_AT + ((DEEP_REFIT_AT,) if self.ends else ())
+        self.marks = [first] + [self.budget_s * r for r in shares if self.budget_s * r > first]
 
-    def observe(self, step: int, now_s: float) -> tuple[int, str] | None:
-        """After each step: (new max_steps, why) when a fit is due, else None."""
+    def observe(self, step: int, now_s: float, max_steps: int = 0) -> tuple[int, str] | None:
+        """After each step: (new max_steps, why) when a fit is due, else None. max_steps: the current one
+        (with train.depth_curriculum its stages, hence the cost of each step, move with it)."""
         if self.timed_from is None:
             self.timed_from = (step, now_s)
             return None
@@ -47,9 +52,10 @@ class TimeFit:
         if not self.marks or now_s - t0 < self.marks[0] or step == step0:
             return None
         self.marks.pop(0)
-        per_step = (now_s - t0) / (step - step0)
         elapsed = now_s - self.start_s
-        total = fitted_steps(step, elapsed, per_step, self.budget_s)
-        return total, (f"train.max_steps={total} ({per_step:.3f} s/step measured over steps {step0 + 1}-{step}, "
-                       f"evaluations and checkpoints included; the lr schedule now ends with the "
+        total, unit = fitted_max_steps(step, (step0, now_s - t0), self.budget_s - elapsed, max_steps or step,
+                                       self.model, self.ends)
+        speed = f"{unit:.3f} s per full-depth step" if self.ends else f"{unit:.3f} s/step"
+        return total, (f"train.max_steps={total} ({speed} measured over steps {step0 + 1}-{step}, "
+                       f"{self.counted}; the lr schedule now ends with the "
                        f"{self.budget_s / 60:g}-minute budget, {elapsed / 60:.1f} min of it spent)")
