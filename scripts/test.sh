@@ -4,7 +4,7 @@
 #   bash scripts/test.sh --under-load    # the same beside a CPU hog on every core, as a busy laptop runs it
 # Other arguments go to pytest (e.g. bash scripts/test.sh tests/train -x).
 # The tests run in one pytest-xdist worker per usable core (at most 4; TEST_WORKERS=N sets it, 0 runs
-# them in this process), a test file per worker at a time: on 2 cores 7.7 min instead of 10.6.
+# them in this process), a test file per worker at a time: on 2 cores 7.2 min instead of 10.6 (docs/results.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
