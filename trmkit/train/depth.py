@@ -18,13 +18,16 @@ without gradients and n + 1 with them (forward and backward, about 3 calls' work
 
 from __future__ import annotations
 
+import functools
 import math
 
 from trmkit.config import ConfigError, ModelConfig
 
 
+@functools.lru_cache(maxsize=8)
 def stage_ends(spec: str) -> tuple[float, ...]:
-    """'0.3,0.6' -> (0.3, 0.6); '' -> () (off). Shares of train.max_steps, increasing, in (0, 1)."""
+    """'0.3,0.6' -> (0.3, 0.6); '' -> () (off). Shares of train.max_steps, increasing, in (0, 1).
+    Cached: every training step asks (train/step.py), the string is parsed once."""
     if not spec.strip():
         return ()
     try:
