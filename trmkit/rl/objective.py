@@ -91,17 +91,17 @@ class CodeObjective:
         solver's answers."""
         model.eval()
         items = self.validation or heldout.first(list(zip(self.heldout, self.heldout_tags)), self.eval_per_type)
-        right, formed, verdicts = [], [], []
-        for kind in P.TYPES:
-            tasks = [t for t, _ in items if t.kind == kind]
-            rows = [P.prompt("solve", kind, P.task_tokens(t)) for t in tasks]
-            resp = self._greedy(model, ctx, "solve", kind, rows)
+        right, formed, verdicts = [False] * len(items), [False] * len(items), [None] * len(items)
+        for kind in P.TYPES:  # one batch per type; outcomes go back to each task's own index (items may mix types)
+            where = [i for i, (t, _) in enumerate(items) if t.kind == kind]
+            tasks = [items[i][0] for i in where]
+            resp = self._greedy(model, ctx, "solve", kind, [P.prompt("solve", kind, P.task_tokens(t)) for t in tasks])
             ok, parsed = self._check_solutions(tasks, resp)
-            right += ok
-            formed += [p is not None for p in parsed]
             rows = [P.prompt("critique", kind, P.task_tokens(t) + r) for t, r in zip(tasks, resp)]
-            verdicts += [{P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(r[0])
-                         for r in self._greedy(model, ctx, "critique", kind, rows)]
+            said = self._greedy(model, ctx, "critique", kind, rows)
+            for j, i in enumerate(where):
+                right[i], formed[i] = ok[j], parsed[j] is not None
+                verdicts[i] = {P.TOKEN["<yes>"]: True, P.TOKEN["<no>"]: False}.get(said[j][0])
         self.last_outcomes = right
         out = heldout.summarize(right, items)
         out["format_rate"] = float(np.mean(formed))
