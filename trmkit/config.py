@@ -296,6 +296,7 @@ class RLConfig:
     seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
     pool_val: int = 0  # M > 0: the pool's last M tasks are never trained on; the run's evaluations score them
     sft_label: str = "generator"  # abduction/induction SFT targets: the generator's answers, or "canonical" ones
+    shortcut_tasks: str = "keep"  # "drop": self-play's generated tasks are never shortcut ones (rl/heldout.py)
     heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
     heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
     eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
@@ -313,7 +314,8 @@ class RLConfig:
             raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
         if self.proposals_per_type * self.propose_samples > self.proposer_slots():
             raise ConfigError("rl.proposals_per_type x propose_samples > rl.proposer_share x tasks_per_type")
-        for key, allowed in (("baseline", ("group", "running", "expert")), ("sft_label", ("generator", "canonical"))):
+        for key, allowed in (("baseline", ("group", "running", "expert")), ("sft_label", ("generator", "canonical")),
+                             ("shortcut_tasks", ("keep", "drop"))):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         if not min(self.temperature, self.log_ratio_clip) > 0:
@@ -380,9 +382,8 @@ class Config:
 
 SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "rl": RLConfig}
 
-# Model keys under their former names (configs, runs, bundles, checkpoints and stores written before the
-# e-mail task's bag model moved out of the model's names): old prefix -> new prefix, for config keys,
-# weight names (bag_linear_weight -> input_linear_weight, bag_head.weight -> pooled_head.weight) and meta.json.
+# Model keys under former names (configs, runs, bundles, checkpoints, stores from before the e-mail bag model left
+# the model's names): old prefix -> new, for config keys, weights (bag_head.weight -> pooled_head.weight), meta.json.
 RENAMED = {"bag_positions": "pooled_positions", "bag_head": "pooled_head", "bag_linear": "input_linear"}
 
 
@@ -401,8 +402,7 @@ def current_names(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nearest_divisor(n: int, near: int) -> int:
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return min(divisors, key=lambda d: (abs(d - near), -d))
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))
 
 
 def _valid_keys() -> list[str]:

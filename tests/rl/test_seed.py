@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from trmkit.config import Config, ConfigError, RLConfig, RunConfig
+from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl.selfplay import SelfPlayObjective
 
@@ -77,3 +78,37 @@ def test_pool_val_is_scored_by_evaluations_and_never_trained_on(monkeypatch):
 def test_pool_val_must_be_a_part_of_the_pool():
     with pytest.raises(ConfigError, match="rl.pool_val=9"):
         RLConfig(seed_pool=9, pool_val=9)
+
+
+def test_shortcut_tasks_drop_gives_the_solver_no_shortcut_task_and_counts_the_redraws():
+    said = []
+    cfg = Config(run=RunConfig(seed=5), rl=RLConfig(buffer_size=4, heldout_per_type=2, shortcut_tasks="drop"))
+    obj = SelfPlayObjective(cfg, log=said.append)
+    try:
+        tasks = [obj.generated_task(kind, 3, 1) for kind in P.TYPES for _ in range(40)]
+        assert not [t for t in tasks if obj.searcher.shortcut(t)]
+        assert any("shortcut, drawn again" in k for k in obj.counts), obj.counts  # 1-3 statements: many have one
+        assert any("shortcut_tasks=drop" in m for m in said)
+    finally:
+        obj.close()
+    with pytest.raises(ConfigError, match="shortcut_tasks"):
+        RLConfig(shortcut_tasks="skip")
+
+
+def test_evaluation_scores_each_task_of_a_mixed_type_list_as_itself(pooled, monkeypatch):
+    """The pool's validation tasks mix the types: each outcome must stay with its own task (it once went to
+    the task at its index in the type-sorted order, scrambling every per-type and per-slice figure)."""
+    obj, _ = pooled
+    searcher = heldout.Searcher()
+    items = [(t, searcher.tags(t)) for t in obj.pool]
+    assert [t.kind for t, _ in items] != sorted((t.kind for t, _ in items), key=P.TYPES.index)  # mixed
+    answered = {t.key() for t, _ in items[::2]}
+    monkeypatch.setattr(obj, "_greedy", lambda model, ctx, role, kind, rows: [
+        [P.TOKEN["<yes>"]] * P.layout(role, kind).response for _ in rows])
+    monkeypatch.setattr(obj, "_check_solutions",
+                        lambda tasks, resp: ([t.key() in answered for t in tasks], [() for _ in tasks]))
+    monkeypatch.setattr(obj, "validation", items)
+    out = obj.evaluate(torch.nn.Linear(1, 1), None)
+    assert obj.last_outcomes == [t.key() in answered for t, _ in items]
+    nontrivial = [t.key() in answered for t, g in items if not g.shortcut]
+    assert out["solve_rate/nontrivial"] == pytest.approx(sum(nontrivial) / len(nontrivial))

@@ -36,6 +36,7 @@ import torch
 
 from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
+from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl import rewards as R
 from trmkit.rl.chunks import Group, chunked_backward
@@ -94,6 +95,10 @@ class SelfPlayObjective(SeedObjective):
                 f"share grows from {cfg.rl.proposer_share} to {MAX_PROPOSER_SHARE} with its reward (rl/curriculum.py)")
         self.reference_path: str | None = None  # the seed run whose policy "KL to the seed" compares with
         self.reference: TRM | None = None
+        self.searcher = heldout.Searcher()
+        if cfg.rl.shortcut_tasks == "drop":
+            log("rl: shortcut_tasks=drop: the solver's generated tasks never have a shortcut (empty, constant or "
+                "copied output, copy-the-output input, one-statement program), as the headline leaves them out")
         for kind in P.TYPES:  # the seed buffer: generated tasks, as AZR starts from a seed program
             for _ in range(min(256, cfg.rl.buffer_size)):
                 self._remember(self.fresh_task(kind))
@@ -243,7 +248,7 @@ class SelfPlayObjective(SeedObjective):
             valid = [task for _, task in fresh[kind] if task is not None]
             proposed = valid[:self.curriculum.slots(kind, rl.tasks_per_type)]
             lo, hi = self.curriculum.lengths(kind)
-            tasks = proposed + [self.fresh_task(kind, hi, lo) for _ in range(rl.tasks_per_type - len(proposed))]
+            tasks = proposed + [self.generated_task(kind, hi, lo) for _ in range(rl.tasks_per_type - len(proposed))]
             outside = self.curriculum.outside(kind, valid)
             if outside is not None:
                 ro.metrics[f"propose/outside_support/{kind}"] = outside
@@ -266,6 +271,18 @@ class SelfPlayObjective(SeedObjective):
                 self._remember(task)
             attempts[kind] = list(zip(tries, d.responses.reshape(len(tries), -1).tolist(), correct))
         return attempts
+
+    def generated_task(self, kind: str, max_len: int, min_len: int) -> P.CodeTask:
+        """A generated solver task; with rl.shortcut_tasks=drop, never one a shortcut solves (rl/heldout.py's
+        test, which runs the generator's own statements: no label is read, the task carries none to the solver)."""
+        while True:
+            task = self.fresh_task(kind, max_len, min_len)
+            if self.cfg.rl.shortcut_tasks == "keep":
+                return task
+            cut = self.searcher.shortcut(task)
+            if not cut:
+                return task
+            self.counts[f"generated {kind} task with the {cut} shortcut, drawn again (rl.shortcut_tasks=drop)"] += 1
 
     def _propose_rewards(self, ro: Rollout, kind: str, fresh: list, rate_of: dict) -> None:
         rl, part = self.cfg.rl, ro.parts[("propose", kind)]
