@@ -112,3 +112,20 @@ def test_evaluation_scores_each_task_of_a_mixed_type_list_as_itself(pooled, monk
     assert obj.last_outcomes == [t.key() in answered for t, _ in items]
     nontrivial = [t.key() in answered for t, g in items if not g.shortcut]
     assert out["solve_rate/nontrivial"] == pytest.approx(sum(nontrivial) / len(nontrivial))
+
+
+def test_shortcut_tasks_drop_ends_where_every_task_has_a_shortcut(monkeypatch):
+    """One-statement induction is always the one-statement shortcut: drop draws two statements instead, and a
+    window where nothing else can be drawn ends after DROP_TRIES draws, counted, instead of looping forever."""
+    from trmkit.rl import selfplay
+
+    cfg = Config(run=RunConfig(seed=6), rl=RLConfig(buffer_size=4, heldout_per_type=2, shortcut_tasks="drop"))
+    obj = SelfPlayObjective(cfg, log=lambda m: None)
+    try:
+        assert len(obj.generated_task("induction", 1, 1).program) == 2
+        monkeypatch.setattr(obj.searcher, "shortcut", lambda task: "empty")
+        obj.generated_task("deduction", 1, 1)
+        assert obj.counts["no deduction task without a shortcut in 64 draws: kept one (rl.shortcut_tasks=drop)"] == 1
+        assert selfplay.DROP_TRIES == 64
+    finally:
+        obj.close()

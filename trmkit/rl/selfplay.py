@@ -48,6 +48,9 @@ from trmkit.rl.stats import balanced_accuracy
 from trmkit.train.step import Optimizers, StepContext, apply_updates, set_learning_rates
 
 
+DROP_TRIES = 64  # rl.shortcut_tasks=drop: draws per solver task before one with a shortcut is kept (and counted)
+
+
 @dataclass
 class Part:
     """One (role, type) of a round: prompts, their k samples and rewards (N, k)."""
@@ -273,16 +276,20 @@ class SelfPlayObjective(SeedObjective):
         return attempts
 
     def generated_task(self, kind: str, max_len: int, min_len: int) -> P.CodeTask:
-        """A generated solver task; with rl.shortcut_tasks=drop, never one a shortcut solves (rl/heldout.py's
-        test, which runs the generator's own statements: no label is read, the task carries none to the solver)."""
-        while True:
+        """A generated solver task; with rl.shortcut_tasks=drop, one no shortcut solves (rl/heldout.py's test,
+        which runs the generator's own statements: no label is read), at most DROP_TRIES draws."""
+        if self.cfg.rl.shortcut_tasks == "keep":
+            return self.fresh_task(kind, max_len, min_len)
+        if kind == "induction":  # a one-statement program is always the one-statement shortcut
+            min_len, max_len = max(min_len, 2), max(max_len, 2)
+        for _ in range(DROP_TRIES):
             task = self.fresh_task(kind, max_len, min_len)
-            if self.cfg.rl.shortcut_tasks == "keep":
-                return task
             cut = self.searcher.shortcut(task)
             if not cut:
                 return task
             self.counts[f"generated {kind} task with the {cut} shortcut, drawn again (rl.shortcut_tasks=drop)"] += 1
+        self.counts[f"no {kind} task without a shortcut in {DROP_TRIES} draws: kept one (rl.shortcut_tasks=drop)"] += 1
+        return task
 
     def _propose_rewards(self, ro: Rollout, kind: str, fresh: list, rate_of: dict) -> None:
         rl, part = self.cfg.rl, ro.parts[("propose", kind)]
