@@ -328,7 +328,10 @@ def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> 
     argv = ["--out", str(out)]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
-        argv += [flag] if value is True else [] if value is False else [flag, str(value)]
+        if isinstance(value, (list, tuple)):  # an option given several times: source=["a.txt", "b.csv"]
+            argv += [x for v in value for x in (flag, str(v))]
+        else:
+            argv += [flag] if value is True else [] if value is False else [flag, str(value)]
     try:
         args, unknown = parser.parse_known_args(argv)
     except argparse.ArgumentError as err:
@@ -346,9 +349,10 @@ def build_store(task, args, log: Log = print) -> None:
     from trmkit.files import check_output
 
     source = getattr(args, "source", None)
+    sources = source if isinstance(source, list) else [source] if source else []
     try:
-        if source and Path(source).exists():
-            check_output(args.out, [source])
+        if any(Path(s).exists() for s in sources):
+            check_output(args.out, [s for s in sources if Path(s).exists()])
         task.build(args, log)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err

@@ -317,3 +317,26 @@ def test_rating_scorer_splits_exact_accuracy_by_band(tmp_path: Path) -> None:
     assert result["exact_by_rating/0"] == 1.0 and result["puzzles_by_rating/0"] == 1
     hard_band = next(k for k in result if k.startswith("exact_by_rating/") and k != "exact_by_rating/0")
     assert result[hard_band] == 0.0
+
+
+def test_build_mixes_several_sources_and_keeps_a_puzzle_read_twice_once(tmp_path: Path) -> None:
+    import json
+
+    from trmkit import api
+
+    a = write_lines(tmp_path / "a.txt", [EASY, INKALA])
+    b = write_lines(tmp_path / "b.txt", [INKALA, EASY.translate(str.maketrans("12", "21"))])  # digits relabelled
+    logs: list[str] = []
+    built = build_sudoku([a, b], tmp_path / "m", test_fraction=0.34, log=logs.append)
+    assert built.train_groups + built.test_groups == 3  # INKALA once
+    meta = json.loads((tmp_path / "m" / "train" / "meta.json").read_text())
+    assert [(s["kept"], s["duplicates_dropped"]) for s in meta["build"]["sources"]] == [(2, 0), (1, 1)]
+    assert meta["build"]["skipped_by_reason"] == {"duplicate_of_an_earlier_source": 1}
+    assert meta["source"] == f"{a} + {b}" and any(line.startswith("mix: 1 puzzles from") for line in logs)
+    with pytest.raises(ValueError, match="given twice"):
+        build_sudoku([a, a], tmp_path / "twice", log=logs.append)
+    with pytest.raises(ValueError, match="none.txt: no usable puzzles"):  # a source that adds nothing is named
+        build_sudoku([a, write_lines(tmp_path / "none.txt", [CONFLICT])], tmp_path / "n", log=logs.append)
+    assert not (tmp_path / "twice").exists() and not (tmp_path / "n").exists()
+    api.build_data("sudoku", tmp_path / "api", source=[str(a), "generate"], num=2, log=logs.append)
+    assert "+ generate" in json.loads((tmp_path / "api" / "test" / "meta.json").read_text())["source"]

@@ -187,7 +187,7 @@ class BuildReport:
 
 
 def build_sudoku(
-    source: str | Path, out_dir: str | Path, *,
+    source: str | Path | Sequence[str | Path], out_dir: str | Path, *,
     test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
     num_generate: int = 1000, givens: str | int | Sequence[int] = "24-26",
     min_guesses: int = 0, max_guesses: int | None = None, seed: int = 0, require_unique: bool = True,
@@ -197,27 +197,24 @@ def build_sudoku(
     """Build a Sudoku store at ``out_dir`` (``train/`` and ``test/``).
 
     ``source`` is ``"generate"`` or a puzzle file (``.csv`` Sudoku-Extreme style, anything else
-    plain text). ``limit`` caps the puzzles kept. Every puzzle is rated (solver.hardness); those
-    rated outside [min_rating, max_rating] are left out (counted). The ``test_hardest`` highest-
-    rated puzzles, else a random ``test_fraction``, form the test split; each training puzzle
-    becomes a group with ``aug`` augmented copies. Ratings are printed and kept per split.
+    plain text), or a list of them, mixed (``_read_sources``). ``limit`` caps the puzzles kept per
+    source. Every puzzle is rated (solver.hardness); those rated outside [min_rating, max_rating] are
+    left out (counted). The ``test_hardest`` highest-rated puzzles, else a random ``test_fraction``,
+    form the test split; each training puzzle becomes a group with ``aug`` augmented copies. Ratings
+    are printed and kept per split.
     """
     start = time.perf_counter()  # the source "generate" means generate; any other string is a path
     _check_build_args(test_fraction, aug, limit, num_generate, seed)
     check_output_dir(out_dir)
-    report, pairs = _open_source_pairs(
-        source, limit, num_generate, givens, seed, min_guesses, max_guesses, require_unique
-    )
-    puzzles, solutions, ratings = _collect(pairs, report, log)  # (n, 81), (n, 81), (n,)
-    for line in report.summary_lines():
-        log(line)
-    if len(puzzles) == 0:
-        _refuse_empty(report)
+    sources = [str(source)] if isinstance(source, (str, Path)) else [str(s) for s in source]
+    report, (puzzles, solutions, ratings), mixed = _read_sources(
+        sources, limit, (num_generate, givens, seed, min_guesses, max_guesses), require_unique, log)
     puzzles, solutions, ratings = _rating_filter(puzzles, solutions, ratings, min_rating, max_rating, log)
     splits, rated = _rated_splits(puzzles, solutions, ratings, test_fraction, test_hardest, aug, seed, log)
-    generated = str(source) == "generate"
+    generated = "generate" in sources
     settings = {
-        "source": report.source, "test_fraction": test_fraction, "aug": aug, "limit": limit,
+        "source": report.source, **({"sources": mixed} if mixed else {}),
+        "test_fraction": test_fraction, "aug": aug, "limit": limit,
         "num_generate": num_generate if generated else None,
         "givens": list(parse_givens(givens)) if generated else None,
         "min_guesses": min_guesses, "max_guesses": max_guesses, "seed": seed, "require_unique": require_unique,
@@ -305,6 +302,53 @@ def _check_build_args(test_fraction: float, aug: int, limit: int | None, num_gen
         raise ValueError(f"num_generate must be >= 1, got {num_generate}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
+
+
+def _read_sources(sources: list[str], limit: int | None, generator: tuple, require_unique: bool, log: Log
+                  ) -> tuple[ImportReport, tuple[np.ndarray, np.ndarray, np.ndarray], list[dict[str, Any]]]:
+    """Each source read and reported on its own (`limit` puzzles at most from each), then concatenated in
+    the order given; a puzzle an earlier source already gave is dropped and counted. Returns the report
+    (one source: its own; several: their sum), the (puzzles, solutions, ratings) arrays, and per source
+    what it added (empty for one source). A source with no usable puzzle is refused by name."""
+    repeated = sorted({s for s in sources if sources.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--source {repeated[0]} is given twice; give each source once")
+    arrays, reports, mixed, seen = [], [], [], set()
+    for name in sources:
+        report, pairs = _open_source_pairs(name, limit, *generator, require_unique)
+        puzzles, solutions, ratings = _collect(pairs, report, log)  # (n, 81), (n, 81), (n,)
+        for line in report.summary_lines():
+            log(line)
+        if len(puzzles) == 0:
+            _refuse_empty(report)
+        keys = [row.tobytes() for row in puzzles]
+        new = np.array([k not in seen for k in keys], dtype=bool)
+        seen.update(keys)
+        arrays.append((puzzles[new], solutions[new], ratings[new]))
+        reports.append(report)
+        mixed.append({"source": name, "kept": int(new.sum()), "duplicates_dropped": int((~new).sum()),
+                      "ratings": rating_summary(ratings[new]) if new.any() else "no puzzles"})
+    if len(sources) == 1:
+        return reports[0], arrays[0], []
+    for m in mixed:
+        log(f"mix: {m['kept']:,} puzzles from {m['source']} ({m['duplicates_dropped']:,} already read from an "
+            f"earlier source, dropped); rating ({RATING}): {m['ratings']}")
+    return _merged(reports, mixed), tuple(np.concatenate(a) for a in zip(*arrays)), mixed
+
+
+def _merged(reports: list[ImportReport], mixed: list[dict[str, Any]]) -> ImportReport:
+    """Several sources' reports as one: counts summed, a puzzle read twice counted as a skip."""
+    out = ImportReport(source=" + ".join(r.source for r in reports), unit="puzzles")
+    for r in reports:
+        out.lines += r.lines
+        out.messages += r.messages
+        for reason, n in r.skipped_by_reason.items():
+            out.skipped_by_reason[reason] = out.skipped_by_reason.get(reason, 0) + n
+    out.accepted = sum(m["kept"] for m in mixed)
+    dropped = sum(m["duplicates_dropped"] for m in mixed)
+    if dropped:
+        out.skipped_by_reason["duplicate_of_an_earlier_source"] = dropped
+    return out
 
 
 def _open_source_pairs(

@@ -61,10 +61,11 @@ class LearnSet:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", default="generate",
-                   help="'generate', a plain-text collection (.txt) or a Sudoku-Extreme CSV")
+    p.add_argument("--source", action="append", default=None,
+                   help="'generate', a plain-text collection (.txt) or a Sudoku-Extreme CSV; give it several "
+                        "times to mix sources (a puzzle read twice is kept once, counted)")
     p.add_argument("--aug", type=int, default=0, help="augmented copies per training puzzle")
-    p.add_argument("--limit", type=int, default=None, help="read at most N puzzles from the source")
+    p.add_argument("--limit", type=int, default=None, help="read at most N puzzles from each source")
     p.add_argument("--num", type=int, default=1000, help="puzzles to generate (--source generate)")
     p.add_argument("--givens", default="24-26", help="givens per generated puzzle: N or A-B")
     p.add_argument("--min-guesses", type=int, default=0,
@@ -80,10 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_build(args: argparse.Namespace, log: Log = print) -> BuildReport:
+    sources = args.source or ["generate"]
     return build_sudoku(
-        source=args.source, out_dir=Path(args.out), test_fraction=args.test_fraction,
+        source=sources, out_dir=Path(args.out), test_fraction=args.test_fraction,
         aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens,
-        min_guesses=max(args.min_guesses, args.min_rating) if args.source == "generate" else args.min_guesses,
+        min_guesses=max(args.min_guesses, args.min_rating) if "generate" in sources else args.min_guesses,
         seed=args.seed, require_unique=not args.allow_multiple, min_rating=args.min_rating,
         max_rating=args.max_rating, test_hardest=args.test_hardest, log=log)
 
