@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# More self-play arms from the seeds `benchmarks/rl_learning.sh` left (docs/rl.md, "Proof that it learns").
+# Each arm is NAME:SEED:OVERRIDES (overrides joined by commas), trained with `trmkit rl train` from
+# SEEDS_FROM/seed<SEED>/seed for RL_MINUTES (30) under EXTRA (the scarce-label protocol by default), two
+# arms side by side with one thread each; each arm's last and best checkpoints are then scored on the
+# whole held-out set (final.json, best.json), and compared, paired, with the arm BASE names in the
+# same seed directory of SEEDS_FROM (its final.json where there is one, else its heldout.json).
+# Usage: ARMS="selfplay-drop:0:rl.shortcut_tasks=drop expert-drop:0:rl.shortcut_tasks=drop,rl.baseline=expert" \
+#          bash benchmarks/rl_arms.sh runs/rl-arms
+#        SEEDS_FROM=runs/rl-scarce BASE=sft-control RL_MINUTES=30 EXTRA="..." (the defaults below)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TRMKIT=${TRMKIT:-.venv/bin/trmkit}
+OUT=${1:-runs/rl-arms-$(date +%Y%m%d-%H%M%S)}
+CFG=configs/selfplay-laptop.yaml
+FROM=${SEEDS_FROM:-runs/rl-scarce}
+BASE=${BASE:-sft-control}
+read -r -a EXTRA <<< "${EXTRA:-rl.seed_pool=1000 rl.pool_val=100 train.restore_best=true}"
+read -r -a ARMS <<< "${ARMS:?name the arms: ARMS=\"NAME:SEED:key=value,key=value ...\"}"
+
+arm() {  # NAME SEED OVERRIDES: train, then score the last and the best checkpoint on the held-out set
+  local name=$1 s=$2 D="$OUT/seed$2/$1" last
+  mkdir -p "$OUT/seed$s"
+  IFS=, read -r -a over <<< "$3"
+  [ -f "$D/weights.safetensors" ] || $TRMKIT rl train $CFG --init "$FROM/seed$s/seed" run.seed="$s" run.threads=1 \
+    train.max_minutes="${RL_MINUTES:-30}" "${EXTRA[@]}" "${over[@]}" run.dir="$D" > "$D.log" 2>&1
+  last=$(find "$D/checkpoints" -maxdepth 1 -name 'step-*' | sort | tail -1 | sed 's/.*step-0*//')
+  $TRMKIT rl eval "$D" --step "$last" --json > "$D/final.json" 2> /dev/null
+  $TRMKIT rl eval "$D" --step best --json > "$D/best.json" 2> /dev/null
+}
+
+pids=()
+for spec in "${ARMS[@]}"; do
+  IFS=: read -r name s over <<< "$spec"
+  arm "$name" "$s" "${over:-}" & pids+=($!)
+  if [ ${#pids[@]} = 2 ]; then wait "${pids[0]}" "${pids[1]}"; pids=(); fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+.venv/bin/python - "$OUT" "$FROM" "$BASE" "${ARMS[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+out, base_dir, base, arms = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
+keys = ["solve_rate/nontrivial", "solve_rate", "solve_rate/deduction/nontrivial", "solve_rate/abduction/nontrivial",
+        "solve_rate/induction/nontrivial", "solve_rate/depth3+", "solve_rate/shortcut", "critique/balanced_accuracy",
+        "format_rate"]
+print("| seed | arm | weights | " + " | ".join(keys) + " |")
+print("|---" * (len(keys) + 3) + "|")
+rows = [(s, base, w, base_dir / f"seed{s}" / base / f"{w}.json") for s in sorted({a.split(":")[1] for a in arms})
+        for w in ("final", "best")]
+rows += [(a.split(":")[1], a.split(":")[0], w, out / f"seed{a.split(':')[1]}" / a.split(":")[0] / f"{w}.json")
+         for a in arms for w in ("final", "best")]
+for s, name, w, path in rows:
+    if path.is_file() and path.stat().st_size:
+        r = json.loads(path.read_text())
+        cells = [f"{r[k]:.3f}" + (f" ± {r[k + '/se']:.3f}" if k + "/se" in r and k == keys[0] else "")
+                 if k in r else "-" for k in keys]
+        print(f"| {s} | {name} | {w} | " + " | ".join(cells) + " |")
+PY
+for spec in "${ARMS[@]}"; do  # the headline, and the paired difference with BASE on the same tasks
+  IFS=: read -r name s _ <<< "$spec"
+  base="$FROM/seed$s/$BASE/final.json"
+  [ -f "$base" ] || base="$FROM/seed$s/$BASE/heldout.json"
+  for w in final best; do
+    echo "seed $s: $name ($w weights) against $BASE ($base)"
+    $TRMKIT rl compare "$base" "$OUT/seed$s/$name/$w.json" |
+      grep -E "^(group|all|nontrivial|deduction/nontrivial|abduction/nontrivial|induction/nontrivial|depth3\+) "
+  done
+done
