@@ -276,8 +276,9 @@ class SelfPlayObjective(SeedObjective):
         return attempts
 
     def generated_task(self, kind: str, max_len: int, min_len: int) -> P.CodeTask:
-        """A generated solver task; with rl.shortcut_tasks=drop, one no shortcut solves (rl/heldout.py's test,
-        which runs the generator's own statements: no label is read), at most DROP_TRIES draws."""
+        """A generated solver task; with rl.shortcut_tasks=drop, one no shortcut solves (rl/heldout.py's test, at
+        most DROP_TRIES draws). The test reads the executed output, as the reward does; no loss takes it as a
+        target, and the solver still sees only the task."""
         if self.cfg.rl.shortcut_tasks == "keep":
             return self.fresh_task(kind, max_len, min_len)
         if kind == "induction":  # a one-statement program is always the one-statement shortcut
