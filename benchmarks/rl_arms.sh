@@ -46,10 +46,9 @@ keys = ["solve_rate/nontrivial", "solve_rate", "solve_rate/deduction/nontrivial"
         "format_rate"]
 print("| seed | arm | weights | " + " | ".join(keys) + " |")
 print("|---" * (len(keys) + 3) + "|")
-rows = [(s, base, w, base_dir / f"seed{s}" / base / f"{w}.json") for s in sorted({a.split(":")[1] for a in arms})
-        for w in ("final", "best")]
-rows += [(a.split(":")[1], a.split(":")[0], w, out / f"seed{a.split(':')[1]}" / a.split(":")[0] / f"{w}.json")
-         for a in arms for w in ("final", "best")]
+named = [spec.split(":")[:2] for spec in arms]  # (name, seed) per NAME:SEED:OVERRIDES
+runs = [(s, base, base_dir) for s in sorted({s for _, s in named})] + [(s, name, out) for name, s in named]
+rows = [(s, name, w, root / f"seed{s}" / name / f"{w}.json") for s, name, root in runs for w in ("final", "best")]
 for s, name, w, path in rows:
     if path.is_file() and path.stat().st_size:
         r = json.loads(path.read_text())

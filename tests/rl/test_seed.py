@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from trmkit.config import Config, ConfigError, RLConfig, RunConfig
-from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl.selfplay import SelfPlayObjective
 
@@ -99,8 +98,7 @@ def test_evaluation_scores_each_task_of_a_mixed_type_list_as_itself(pooled, monk
     """The pool's validation tasks mix the types: each outcome must stay with its own task (it once went to
     the task at its index in the type-sorted order, scrambling every per-type and per-slice figure)."""
     obj, _ = pooled
-    searcher = heldout.Searcher()
-    items = [(t, searcher.tags(t)) for t in obj.pool]
+    items = [(t, obj.searcher.tags(t)) for t in obj.pool]
     assert [t.kind for t, _ in items] != sorted((t.kind for t, _ in items), key=P.TYPES.index)  # mixed
     answered = {t.key() for t, _ in items[::2]}
     monkeypatch.setattr(obj, "_greedy", lambda model, ctx, role, kind, rows: [

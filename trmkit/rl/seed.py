@@ -40,6 +40,7 @@ class SeedObjective(CodeObjective):
 
     def __init__(self, cfg: Config, log: Log = print):
         super().__init__(cfg, log)
+        self.searcher = heldout.Searcher()  # tags the pool's validation tasks; self-play's shortcut filter
         self.pool = self.make_pool(cfg.rl.seed_pool) if cfg.rl.seed_pool else []
         if cfg.rl.pool_val:
             self.pool, self.validation = self.split_pool(self.pool, cfg.rl.pool_val)
@@ -67,8 +68,7 @@ class SeedObjective(CodeObjective):
     def split_pool(self, pool: list[P.CodeTask], m: int) -> tuple[list[P.CodeTask], list]:
         """The pool's last m tasks, tagged as the held-out set is, become the run's validation set (what its
         evaluations, the best checkpoint and early stopping score); no SFT term sees them."""
-        searcher = heldout.Searcher()
-        val = [(t, searcher.tags(t)) for t in pool[-m:]]
+        val = [(t, self.searcher.tags(t)) for t in pool[-m:]]
         self.heldout_keys |= {t.key() for t, _ in val}  # never generated for self-play either
         spread = ", ".join(f"{sum(t.kind == k for t, _ in val)} {k}" for k in P.TYPES)
         self.log(f"rl: pool_val={m}: the run's evaluations (best checkpoint, early stopping) score the pool's last "

@@ -36,7 +36,6 @@ import torch
 
 from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
-from trmkit.rl import heldout
 from trmkit.rl import programs as P
 from trmkit.rl import rewards as R
 from trmkit.rl.chunks import Group, chunked_backward
@@ -98,7 +97,6 @@ class SelfPlayObjective(SeedObjective):
                 f"share grows from {cfg.rl.proposer_share} to {MAX_PROPOSER_SHARE} with its reward (rl/curriculum.py)")
         self.reference_path: str | None = None  # the seed run whose policy "KL to the seed" compares with
         self.reference: TRM | None = None
-        self.searcher = heldout.Searcher()
         if cfg.rl.shortcut_tasks == "drop":
             log("rl: shortcut_tasks=drop: the solver's generated tasks never have a shortcut (empty, constant or "
                 "copied output, copy-the-output input, one-statement program), as the headline leaves them out")
