@@ -66,20 +66,18 @@ class ModelConfig:
     vocab_size: int = 0  # filled from the dataset's meta.json
     seq_len: int = 0  # filled from the dataset's meta.json
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
-    num_classes: int = 0  # a classify task's classes, from meta.json: one label per example, read from the
-    #                       mean of z_H over the token positions (0 = one token per position, as grid tasks)
-    pooled_positions: int = 0  # a classifier's last positions hold ids that are pooled (their mean embedding)
-    #                            and added to every token position's input, not mixed (the store's meta.json)
-    pooled_head: bool = False  # the class logits also read the pooled positions through a linear map of their
-    #                            own (a linear path beside the recursion, as a bag-of-words model reads it)
-    input_linear: bool = False  # the class logits also add a linear model of the pooled positions' ids, fitted
-    #                             by the store's task before training (Task.before_training; e-mail: docs/email.md)
-    #                             and then frozen (buffers, model/input_linear.py): the recursion learns the rest
+    num_classes: int = 0  # a classify task's classes (meta.json): one label from the mean of z_H (0 = a token each)
+    loss: str = "stablemax"  # the answer's distribution: "stablemax" (the paper's) or "softmax" (model/losses.py)
+    pooled_positions: int = 0  # the last positions hold ids that are pooled (their mean embedding) and added to
+    #                            every token position's input, not mixed (the store's meta.json)
+    answer_vocab: int = 0  # a token head answers with the vocabulary's first N ids only (meta.json; 0 = all)
+    pooled_head: bool = False  # the class logits also read the pooled positions by a linear map (beside the recursion)
+    input_linear: bool = False  # the class logits also add a linear model of the pooled ids, fitted by the store's
+    #                             task before training (e-mail: docs/email.md), then frozen (model/input_linear.py)
     input_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
     #                              1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
-    input_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (each id's idf from the
-    #                                         training rows, each row's vector L2-normalised, as TF-IDF), or
-    #                                         "auto": the one of the two with the better cross-validated macro-F1
+    input_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (the training rows' idf,
+    #                                         L2-normalised, as TF-IDF), "auto": the better cross-validated one
     input_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training
     #                              steps add each row's out-of-fold logits (stacking), evaluation the whole fit's
     input_linear_unlabelled: str = "off"  # a store's unlabelled rows (e-mail --keep-labels): "em" (naive Bayes by
@@ -108,11 +106,12 @@ class ModelConfig:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 
     def _check_pooled(self) -> None:
-        if self.pooled_positions and (not self.num_classes or self.pooled_positions >= self.seq_len > 0):
-            raise ConfigError(f"model.pooled_positions={self.pooled_positions}: pooled positions need a classifier "
-                              "(model.num_classes) and fewer positions than model.seq_len")
-        # (model.input_linear without pooled positions is refused by the task that fits it, which can name
-        # the command that rebuilds its store)
+        if self.answer_vocab and (self.num_classes or self.answer_vocab > self.vocab_size > 0):
+            raise ConfigError(f"model.answer_vocab={self.answer_vocab}: a token head's first ids, at most vocab_size")
+        if self.pooled_positions and self.pooled_positions >= self.seq_len > 0:  # a token head answers the others
+            raise ConfigError(f"model.pooled_positions={self.pooled_positions}: pooled positions need fewer "
+                              "positions than model.seq_len")
+        # (input_linear without pooled positions: refused by the task that fits it, naming the rebuild)
         if self.pooled_head and self.seq_len and not self.pooled_positions:  # both from meta.json
             raise ConfigError("model.pooled_head reads the pooled positions, and this store has none "
                               "(model.pooled_positions comes from its meta.json): build a store with them "
@@ -121,7 +120,7 @@ class ModelConfig:
             raise ConfigError(f"model.input_linear_folds={self.input_linear_folds}: give 0 (off) or K >= 2 folds, "
                               "with model.input_linear=true")
         for key, allowed in (("input_linear_weighting", ("binary", "idf", "auto")),
-                             ("input_linear_unlabelled", ("off", "em", "self_train"))):
+                             ("input_linear_unlabelled", ("off", "em", "self_train")), ("loss", LOSSES)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         if self.input_linear_c < 0:
@@ -219,6 +218,7 @@ class TrainConfig:
     progressive_loss: float = 0.0  # p: a new sample starts, with probability p, from the detached carry of
     #                                n ~ U{1..N_sup} steps taken without gradients (Bansal et al. 2022); 0 = off
     depth_curriculum: str = ""  # e.g. "0.3,0.6": shares of max_steps before which (T, n) is shallower (train/depth.py)
+    init_from: str = ""  # a finished run whose weights start this one where names and shapes match (train/init.py)
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):
@@ -331,7 +331,7 @@ class RLConfig:
         return int(self.proposer_share * self.tasks_per_type)
 
 
-SWITCH = ("auto", "on", "off")
+SWITCH, LOSSES = ("auto", "on", "off"), ("stablemax", "softmax")
 
 
 @dataclass

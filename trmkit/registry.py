@@ -18,11 +18,13 @@ import sys
 from importlib import metadata
 from typing import Callable, Iterable
 
+from trmkit.email.pretrain import TASK as EMAIL_MLM
 from trmkit.email.task import TASK as EMAIL
 from trmkit.tasks import arc, maze, pairs, sudoku
 from trmkit.tasks.base import Task
 
-TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL)}
+TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL,
+                                                         EMAIL_MLM)}
 
 
 def register(task: Task) -> Task:

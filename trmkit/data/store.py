@@ -102,12 +102,13 @@ class StoreMeta:
     classes: tuple[str, ...] = ()  # a classify task's class names; its label ids index them
     grid_shape: tuple[int, int] | None = None  # (rows, columns) of a grid task's row-major sequence
     given_tokens: tuple[int, ...] = ()  # input tokens the answer repeats as they are (a maze's walls, S, G)
-    pooled_positions: int = 0  # a classify store's last positions: ids the model pools, not mixes (e-mail's bag)
+    pooled_positions: int = 0  # a store's last positions: ids the model pools, not mixes (e-mail's bag)
+    answer_vocab: int = 0  # a grid store whose labels use only the vocabulary's first N ids (0 = all of it)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions")
+        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab")
         data = current_names(data)  # stores written under former key names
         names = [f for f in cls.__dataclass_fields__ if f not in optional]
         missing = [k for k in names if k not in data]
@@ -125,7 +126,8 @@ class StoreMeta:
                    classes=tuple(str(c) for c in data.get("classes", ())),
                    grid_shape=(int(grid[0]), int(grid[1])) if grid else None,
                    given_tokens=tuple(int(t) for t in data.get("given_tokens", ())),
-                   pooled_positions=int(data.get("pooled_positions", 0)))
+                   pooled_positions=int(data.get("pooled_positions", 0)),
+                   answer_vocab=int(data.get("answer_vocab", 0)))
         if grid and meta.grid_shape[0] * meta.grid_shape[1] != meta.seq_len:
             raise StoreError(f"{where}: grid_shape {list(grid)} does not hold seq_len={meta.seq_len} cells; "
                              f"{REBUILD_HINT}")
@@ -137,10 +139,10 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
-        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions"):
+        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab"):
             if not data[key]:
                 del data[key]
-            elif key != "pooled_positions":
+            elif key not in ("pooled_positions", "answer_vocab"):
                 data[key] = list(data[key])
         return data
 

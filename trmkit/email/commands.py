@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trmkit import rundir
 from trmkit.config import ConfigError
-from trmkit.email import halting, label_command
+from trmkit.email import halting, label_command, pretrain_command
 from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--out", default=None, help="write the JSON result (every prediction) to this file, atomically, "
                                                "instead of standard output; the table goes to standard error")
     label_command.add_arguments(sub)
+    pretrain_command.add_arguments(sub)
 
 
 def _add_predict(sub) -> None:
@@ -84,7 +85,7 @@ def _add_predict(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     return {"predict": run_predict, "sort": run_sort, "export": run_export, "serve": run_serve,
             "baseline": run_baseline, "weak-label": run_weak_label,
-            "label": label_command.run}[args.email_command](args)
+            "label": label_command.run, "pretrain": pretrain_command.run}[args.email_command](args)
 
 
 def _stderr(line: str) -> None:

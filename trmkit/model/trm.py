@@ -133,7 +133,7 @@ class TRM(nn.Module):
             if cfg.input_linear:
                 self._input_linear_buffers(cfg)
         else:
-            self.lm_head = nn.Linear(D, cfg.vocab_size, bias=False)
+            self.lm_head = nn.Linear(D, cfg.answer_vocab or cfg.vocab_size, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
         self.q_head = nn.Linear(D, 2, bias=True)
         with torch.no_grad():  # start by never halting early (paper: bias -5)

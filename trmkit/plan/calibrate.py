@@ -66,7 +66,7 @@ def _replica_step(model: Any, batch: int, micro_batch: int, autocast: Any, steps
             sl = slice(start, start + micro_batch)
             with autocast():
                 zh, zl, logits, q = model(carry.z_H[sl], carry.z_L[sl], inputs[sl], ids[sl])
-            loss, _ = act_loss(logits, labels[sl], q, m.halt_loss_weight)
+            loss, _ = act_loss(logits, labels[sl], q, m.halt_loss_weight, kind=m.loss)
             (loss / batch).backward()
             z_H[sl], z_L[sl] = zh.float(), zl.float()
         adam.step()

@@ -145,7 +145,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
 def _readout(model: TRM, inputs: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor, q: torch.Tensor,
              first_halt: torch.Tensor, blank_id: int | None) -> tuple[dict, torch.Tensor]:
     """One batch's totals (and predicted tokens) from the logits and halting logits of a supervision step."""
-    loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight)
+    loss, stats = act_loss(logits.float(), labels, q, model.cfg.halt_loss_weight, kind=model.cfg.loss)
     labels = labels[:, :logits.shape[1]]  # a classifier scores position 0 only
     pred = logits.argmax(-1)
     blank = (inputs == blank_id) & (labels >= 0) if blank_id is not None else torch.zeros_like(labels, dtype=torch.bool)

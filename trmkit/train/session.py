@@ -36,6 +36,7 @@ from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
 from trmkit.train import depth
+from trmkit.train.init import init_from
 from trmkit.train import distributed as dist_mod
 from trmkit.train.distributed import SINGLE, World
 from trmkit.train.scorer import Scorer
@@ -137,7 +138,7 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     meta = split.meta
     fields = {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
               "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes),
-              "pooled_positions": meta.pooled_positions}
+              "pooled_positions": meta.pooled_positions, "answer_vocab": meta.answer_vocab}
     if mixer == "conv":
         fields.update(grid_fields(split))
     return fields
@@ -434,6 +435,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
         if cfg.model.input_linear and before_training is None:
             raise ConfigError(f"model.input_linear is fitted by the store's task before training, and the "
                               f"{(data.train or data.test).meta.task} task fits none: set model.input_linear=false")
+        if cfg.train.init_from and not saved:  # a resumed run reads its checkpoint instead
+            init_from(model, opts.ema, cfg.train.init_from, list((data.train or data.test).meta.vocab), log)
         if before_training is not None:
             before_training(model, data.train, ctx.label_weights, log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,

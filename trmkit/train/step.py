@@ -254,7 +254,8 @@ def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, mi
     with sync:  # several processes: the gradients are averaged during the last micro-batch's backward
         with ctx.autocast():
             zh, zl, logits, q = net(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights)
+        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights,
+                               model.cfg.loss)
         (loss / B).backward()
     carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])
