@@ -82,10 +82,11 @@ def main() -> int:
         for draw in range(args.draws):
             stores = {k: build(corpus, k, draw, work, with_bag=True) for k in ks}
             pre = pretrain(stores[ks[0]], work, args.pretrain_minutes)
+            masked = masked_accuracy(pre)
             for k, store in stores.items():
                 for name in arms:
-                    row = {"corpus": corpus, "k": k, "draw": draw, "arm": name, "masked_accuracy":
-                           masked_accuracy(pre), **arm(store, pre, name, work, args.minutes)}
+                    row = {"corpus": corpus, "k": k, "draw": draw, "arm": name, "masked_accuracy": masked,
+                           **arm(store, pre, name, work, args.minutes)}
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
     if args.out:
