@@ -54,6 +54,9 @@ def test_the_headline_leaves_every_shortcut_out(searcher):
     assert out["solve_rate"] == 5 / 8 and out["solve_rate/nontrivial"] == 0.0 and out["solve_rate/shortcut"] == 1.0
     assert out["samples/nontrivial"] == 3 and out["samples/deduction/shortcut"] == 3
     assert out["solve_rate/induction/nontrivial/se"] == 0.0
+    assert out["samples/abduction+induction/nontrivial"] == 2  # the fair-SFT bar: both types' nontrivial tasks
+    right[6] = True  # the nontrivial abduction task solved: half of the pair's nontrivial tasks
+    assert H.summarize(right, items)["solve_rate/abduction+induction/nontrivial"] == 0.5
 
 
 def test_depth_is_the_shortest_program(searcher):

@@ -244,7 +244,8 @@ def shares(items: list[tuple[P.CodeTask, Tags]]) -> dict[str, float]:
 
 def groups(items: list[tuple[P.CodeTask, Tags]]) -> dict[str, list[int]]:
     """Name -> indices of the tasks in it: "" (all), "nontrivial", "shortcut", each slice, each type,
-    and each type's nontrivial, shortcut and slices ("deduction/depth2")."""
+    each type's nontrivial, shortcut and slices ("deduction/depth2"), and the nontrivial tasks of the
+    two types with many right answers together ("abduction+induction/nontrivial", issue 47's fair-SFT bar)."""
     out: dict[str, list[int]] = {"": list(range(len(items)))}
     for scope in ("",) + P.TYPES:
         mine = [i for i, (t, _) in enumerate(items) if scope in ("", t.kind)]
@@ -254,6 +255,7 @@ def groups(items: list[tuple[P.CodeTask, Tags]]) -> dict[str, list[int]]:
         out[f"{prefix}nontrivial"] = [i for i in mine if not items[i][1].shortcut]
         for name in ("shortcut",) + SLICES:
             out[f"{prefix}{name}"] = [i for i in mine if items[i][1].slice == name]
+    out["abduction+induction/nontrivial"] = sorted(out["abduction/nontrivial"] + out["induction/nontrivial"])
     return out
 
 
