@@ -224,9 +224,12 @@ def _run_rl(args: argparse.Namespace) -> int:
 
 
 def _add_predict(p: argparse.ArgumentParser) -> None:
-    from trmkit import predict  # loads torch: imported when the command runs
-
-    predict.add_arguments(p)
+    # defined here, not in trmkit/predict.py, which imports torch: every command builds this parser,
+    # and importing torch (1.5-3 s) before `email predict` starts its parsing workers would delay them
+    p.add_argument("run_dir", help="a run directory written by `trmkit train` on a `trmkit data pairs` store")
+    p.add_argument("inputs", help='JSONL file, one {"input": ...} per line (an "output" key is scored)')
+    p.add_argument("--out", default=None, help="write the answers here (atomically) instead of stdout")
+    p.add_argument("--data", default=None, help="the run's training store (default: the run's data.path)")
 
 
 def _run_predict(args: argparse.Namespace) -> int:
@@ -451,14 +454,24 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
     _budget_as_override(args)
-    from trmkit.data.store import StoreError
-    from trmkit.train.checkpoint import CheckpointError
-
     try:
         return COMMANDS[args.command][2](args)
-    except (ConfigError, CheckpointError, StoreError) as err:
+    except Exception as err:
+        if not _said_in_one_line(err):
+            raise
         print(f"trmkit {args.command}: {err}", file=sys.stderr)
         return 2
+
+
+def _said_in_one_line(err: Exception) -> bool:
+    """A trmkit error with its fix in the message (config, store, checkpoint), printed without a traceback.
+    A CheckpointError comes only from its module, loaded by then: importing it up front would import
+    torch before every command (1.5-3 s, before `email predict` could start its parsing workers)."""
+    from trmkit.data.store import StoreError
+
+    checkpoint = sys.modules.get("trmkit.train.checkpoint.errors")
+    return isinstance(err, (ConfigError, StoreError)) or (checkpoint is not None
+                                                         and isinstance(err, checkpoint.CheckpointError))
 
 
 if __name__ == "__main__":

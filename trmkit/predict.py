@@ -34,13 +34,6 @@ from trmkit.tasks.pairs.codec import Layout, PairError, Value, field, parse_reco
 Log = Callable[[str], None]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run directory written by `trmkit train` on a `trmkit data pairs` store")
-    p.add_argument("inputs", help='JSONL file, one {"input": ...} per line (an "output" key is scored)')
-    p.add_argument("--out", default=None, help="write the answers here (atomically) instead of stdout")
-    p.add_argument("--data", default=None, help="the run's training store (default: the run's data.path)")
-
-
 def run(args: argparse.Namespace, cache_dir: Path | None = None) -> int:
     from trmkit import hardware
 

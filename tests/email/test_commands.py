@@ -48,3 +48,15 @@ def test_workers_asked_for_rows_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="mail.csv is csv.*use --workers 0"):
         choose_workers("2", [str(rows)], "auto", 2, 32)
     assert choose_workers("0", [str(rows)], "auto", 2, 32) == (0, "--workers")
+
+
+def test_no_command_imports_torch_before_it_runs():
+    """Building the parser (every command does) must not import torch: `email predict` starts its parsing
+    workers before the model's load imports it (1.5-3 s), and `trmkit --help` stays instant."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from trmkit import cli; cli.build_parser().parse_args(['email', 'predict', 'B', 'x']); "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "False"

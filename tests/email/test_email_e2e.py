@@ -6,6 +6,7 @@ import gzip
 import http.client
 import json
 import pickle
+import shutil
 import sys
 from pathlib import Path
 
@@ -233,8 +234,20 @@ def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(tra
         runs[workers] = [json.loads(x) for x in out.splitlines()]
         assert "1 skipped" in err and "notes.txt: not an e-mail" in err
         assert f"predict: workers={workers} (--workers)" in err
+        assert ("started before the model loads" in err) == (workers == "2")  # a bundle: parsing while torch loads
     assert len(runs["0"]) == 70
     assert [(x["source"], x["predicted"]) for x in runs["0"]] == [(x["source"], x["predicted"]) for x in runs["2"]]
+    # a run directory starts its workers after the load (its layout comes from its store); a damaged
+    # bundle fails its load while the workers parse, and none is left behind either way
+    assert cli.main(["email", "predict", str(run), str(box), "--batch", "16", "--workers", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "started before" not in err and len(out.splitlines()) == 70
+    broken = tmp_path / "broken"
+    shutil.copytree(bundle, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    assert cli.main(["email", "predict", str(broken), str(box), "--workers", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "started before the model loads" in err and "model.safetensors" in err and out == ""
     workers_left = [p for p in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
     assert workers_left == []  # (multiprocessing's resource tracker stays until this process exits, as designed)
 

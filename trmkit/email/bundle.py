@@ -444,7 +444,7 @@ class Classifier:
         return encode_messages(self.tokenizer, self.bag, messages, self.seq_len, self.tail)
 
     def worker_setup(self) -> tuple:
-        """What a worker process needs to encode as `encode` does (workers.encoded_batches)."""
+        """What a worker process needs to encode as `encode` does (workers.Parsers)."""
         return self.tokenizer.to_json(), None if self.bag is None else self.bag.to_dict(), self.seq_len, self.tail
 
     def predict(self, messages: list[Message]) -> list[dict]:

@@ -4,6 +4,7 @@ docs/email.md)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -114,63 +115,100 @@ def input_messages(inputs: list[str], fmt: str, report):
 
 def run_predict(args: argparse.Namespace) -> int:
     from trmkit.data.imports import ImportReport
-    from trmkit.email.bundle import Classifier
-    from trmkit.hardware.allocator import keep_freed_memory
-    from trmkit.hardware.cpu import native_bf16, probe_cpu
+    from trmkit.hardware.cpu import probe_cpu
     from trmkit.hardware.memory import PeakMeter
 
     meter = PeakMeter().start()
     out_path = guard_output(args.out, [*args.inputs, *model_reads(args.model)]) if args.out else None
+    cpu = probe_cpu()
+    report = ImportReport(source=", ".join(args.inputs), unit="messages")
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        parsers = early_parsers(args, report, cpu.effective_cores)  # parsing while torch loads the model
+        if parsers is not None:
+            stack.callback(parsers.close)
+        clf = load_classifier(args, cpu)
+        results = prediction_stream(clf, args, report, cpu.effective_cores, parsers)
+        if out_path is None:
+            n = write_lines(sys.stdout, results)
+        else:
+            try:
+                with atomic_open(out_path, "w", encoding="utf-8") as sink:  # all lines, or the old file
+                    n = write_lines(sink, results)
+            except UnsafeTargetError as err:
+                raise ConfigError(f"--out {err}") from err
+    seconds = time.perf_counter() - t0
+    for line in report.summary_lines():
+        _stderr(line)
+    steps = clf.steps_run / max(1, clf.messages_seen)
+    _stderr(f"predict: {n} messages in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} messages/s, loading the model "
+            f"and parsing included), {steps:.2f} supervision steps per message of {clf.model.cfg.halt_max_steps}, "
+            f"peak RSS {meter.process_peak() / 2**30:.2f} GiB" + (f" -> {out_path}" if out_path else ""))
+    return 0
+
+
+def load_classifier(args: argparse.Namespace, cpu):
+    """The bundle or run, with its halting rule, dtype choice and thresholds, each printed."""
+    from trmkit.email.bundle import Classifier
+    from trmkit.hardware.allocator import keep_freed_memory
+    from trmkit.hardware.cpu import native_bf16
+
     clf = Classifier.load(args.model, batch_size=args.batch, halt=not args.no_halt, dtype=args.dtype)
     clf.log = _stderr
     _stderr(f"predict: halting: {halting.describe(clf.halt_probability, clf.halt_fitted_on)}" if clf.halt
             else "predict: halting off (--no-halt): every message runs every supervision step")
-    cpu = probe_cpu()
     clf.native_bf16, clf.cache_dir = native_bf16(cpu.features), args.cache_dir
     clf.thresholds = parse_thresholds(args.threshold, clf.class_names)
     if keep_freed_memory(KEPT_FREED_BYTES):
         _stderr(f"predict: freed memory is kept for reuse (up to {KEPT_FREED_BYTES >> 20} MiB): returned to the "
                 "system, each batch's activations were faulted back in (the model alone on 2 AVX2 cores: 649-767 "
                 "messages/s kept, 575-613 returned)")
-    report = ImportReport(source=", ".join(args.inputs), unit="messages")
-    t0 = time.perf_counter()
-    results = prediction_stream(clf, args, report, cpu.effective_cores)
-    if out_path is None:
-        n = write_lines(sys.stdout, results)
-    else:
-        try:
-            with atomic_open(out_path, "w", encoding="utf-8") as sink:  # all lines, or the old file
-                n = write_lines(sink, results)
-        except UnsafeTargetError as err:
-            raise ConfigError(f"--out {err}") from err
-    seconds = time.perf_counter() - t0
-    for line in report.summary_lines():
-        _stderr(line)
-    steps = clf.steps_run / max(1, clf.messages_seen)
-    _stderr(f"predict: {n} messages in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} messages/s, parsing "
-            f"included), {steps:.2f} supervision steps per message of {clf.model.cfg.halt_max_steps}, peak RSS "
-            f"{meter.process_peak() / 2**30:.2f} GiB" + (f" -> {out_path}" if out_path else ""))
-    return 0
+    return clf
 
 
-def prediction_stream(clf, args: argparse.Namespace, report, cores: int):
+def early_parsers(args: argparse.Namespace, report, cores: int):
+    """Worker processes started before the model loads, for a bundle whose text layout its files give
+    without torch (workers.layout), where --workers chooses workers; else None (they start after the load)."""
+    from trmkit.email.mail.mailbox import iter_raw
+    from trmkit.email.workers import Parsers, layout
+
+    setup = layout(Path(args.model))
+    if setup is None:
+        return None
+    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, setup[2])
+    if workers == 0:
+        return None
+    _stderr(f"predict: workers={workers} ({why}), started before the model loads")
+    raw = (item for source in args.inputs for item in iter_raw(source, args.format, report))
+    return Parsers(raw, args.batch, workers, setup, report)
+
+
+def prediction_stream(clf, args: argparse.Namespace, report, cores: int, parsers=None):
     """Predictions for every input: parsed and encoded by worker processes where --workers chose
-    them (workers.py), else in a thread beside the model (stream.predict_stream)."""
+    them (workers.py; `parsers` when they started before the model loaded), else in a thread beside
+    the model (stream.predict_stream)."""
     from trmkit.email.stream import predict_batches, predict_stream
     from trmkit.email.mail.mailbox import iter_raw
-    from trmkit.email.workers import encoded_batches
+    from trmkit.email.workers import Parsers
 
     import torch
 
-    workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
-    _stderr(f"predict: workers={workers} ({why})")
+    if parsers is not None:
+        if clf.worker_setup()[2:] != parsers.setup[2:]:  # the same files were read: cannot differ
+            raise ConfigError(f"{args.model}: the model's text layout changed while it loaded; run again")
+        workers = parsers.workers
+    else:
+        workers, why = choose_workers(args.workers, args.inputs, args.format, cores, clf.seq_len)
+        _stderr(f"predict: workers={workers} ({why})")
     threads, why = model_threads(cores, workers, clf.seq_len)
     torch.set_num_threads(threads)
     _stderr(f"predict: model threads={threads} ({why})")
     if workers == 0:
         return predict_stream(clf, input_messages(args.inputs, args.format, report), args.batch)
-    raw = (item for source in args.inputs for item in iter_raw(source, args.format, report))
-    return predict_batches(clf, encoded_batches(raw, args.batch, workers, clf.worker_setup(), report))
+    if parsers is None:
+        raw = (item for source in args.inputs for item in iter_raw(source, args.format, report))
+        parsers = Parsers(raw, args.batch, workers, clf.worker_setup(), report)
+    return predict_batches(clf, parsers)
 
 
 def choose_workers(asked: str, inputs: list[str], fmt: str, cores: int, tokens: int) -> tuple[int, str]:

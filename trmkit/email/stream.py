@@ -54,7 +54,7 @@ def predict_stream(classifier: "Classifier", messages: Iterable[Message], batch:
 
 
 def predict_batches(classifier: "Classifier", batches: Iterable[tuple[list[Message], np.ndarray]]) -> Iterable[dict]:
-    """Predictions for (messages, encoded rows) batches, e.g. from workers.encoded_batches."""
+    """Predictions for (messages, encoded rows) batches, e.g. from workers.Parsers."""
     for messages, rows in batches:
         yield from classifier.predict_encoded(messages, rows)
 
