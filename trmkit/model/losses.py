@@ -39,24 +39,23 @@ def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
                             weights: torch.Tensor | None = None) -> torch.Tensor:
     """Per-cell loss (B, L); cells labelled IGNORE get 0; weights (V,) scale each label's cells."""
-    logp = log_stablemax(logits.to(torch.float64), dim=-1)  # (B, L, V)
+    return _label_nll(log_stablemax(logits.to(torch.float64), dim=-1), labels, weights)
+
+
+def softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
+    """As stablemax_cross_entropy, with the softmax (float32: logsumexp is stable)."""
+    return _label_nll(F.log_softmax(logits.float(), dim=-1), labels, weights)
+
+
+def _label_nll(logp: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """-log p of each cell's label (B, L) from log-probabilities (B, L, V); IGNORE cells get 0."""
     valid = labels != IGNORE
     safe = torch.where(valid, labels, 0).long()
     picked = torch.gather(logp, -1, safe.unsqueeze(-1)).squeeze(-1)  # (B, L)
     if weights is not None:
         picked = picked * weights.to(picked.dtype)[safe]
     return torch.where(valid, -picked, torch.zeros_like(picked))
-
-
-def softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
-                          weights: torch.Tensor | None = None) -> torch.Tensor:
-    """As stablemax_cross_entropy, with the softmax (float32: logsumexp is stable)."""
-    valid = labels != IGNORE
-    safe = torch.where(valid, labels, 0).long()
-    loss = F.cross_entropy(logits.float().transpose(1, 2), safe, reduction="none")  # (B, L)
-    if weights is not None:
-        loss = loss * weights.to(loss.dtype)[safe]
-    return torch.where(valid, loss, torch.zeros_like(loss))
 
 
 def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,

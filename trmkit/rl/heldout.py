@@ -245,7 +245,8 @@ def shares(items: list[tuple[P.CodeTask, Tags]]) -> dict[str, float]:
 def groups(items: list[tuple[P.CodeTask, Tags]]) -> dict[str, list[int]]:
     """Name -> indices of the tasks in it: "" (all), "nontrivial", "shortcut", each slice, each type,
     each type's nontrivial, shortcut and slices ("deduction/depth2"), and the nontrivial tasks of the
-    two types with many right answers together ("abduction+induction/nontrivial", issue 47's fair-SFT bar)."""
+    two types with many right answers together ("abduction+induction/nontrivial": where self-play should
+    beat SFT on one of several right answers, if anywhere)."""
     out: dict[str, list[int]] = {"": list(range(len(items)))}
     for scope in ("",) + P.TYPES:
         mine = [i for i, (t, _) in enumerate(items) if scope in ("", t.kind)]
