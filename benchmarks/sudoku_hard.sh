@@ -7,7 +7,8 @@
 #   curriculum  data.stream=curriculum: easiest 20% of the puzzles first, all of them by mid-run.
 # Held-out exact accuracy is logged EVALS times over the run (per rating band in metrics.jsonl); at
 # the end each arm is evaluated one-shot, with more supervision steps (--steps) and with votes over
-# symmetric variants (--vote at VOTE_K supervision steps), reported apart; then every kept checkpoint
+# symmetric variants (--vote at VOTE_K supervision steps), and with selection without a verifier (--select,
+# its source fixed on generated puzzles), each reported apart; then every kept checkpoint
 # (one per evaluation) at VOTE_K steps, one-shot and with a vote of SNAP_VOTE (the curve over time
 # with test-time compute; ~3 min each on 2 threads).
 # Usage: bash benchmarks/sudoku_hard.sh [OUT_DIR]        (default runs/sudoku-hard-<stamp>)
@@ -59,6 +60,27 @@ for arm in $ARMS; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+# selection without a verifier (--select SELECT at VOTE_K steps, the halting head choosing): each source of
+# trajectories in SELECT_FROM on FIT (generated puzzles, disjoint from the held-out set) and on the held-out
+# set; the summary names the source that did best on FIT, so the held-out figure is not chosen on itself.
+# SELECT=0 skips it.
+SELECT=${SELECT:-16}
+SELECT_FROM=${SELECT_FROM:-"variants noise both"}
+FIT=${FIT:-data/sudoku-gen-fit}
+if [ "$SELECT" != 0 ]; then
+  if [ ! -d "$FIT" ]; then
+    $TRMKIT data sudoku --source generate --num 500 --givens 22-26 --test-fraction 1 --seed 7 --out "$FIT"
+  fi
+  for arm in $ARMS; do
+    for from in $SELECT_FROM; do
+      for set in fit held; do
+        data=(); [ "$set" = fit ] && data=(--data "$FIT")
+        $TRMKIT eval "$OUT/$arm" run.threads="$THREADS" "${data[@]}" --steps "$VOTE_K" --select "$SELECT" \
+          --select-from "$from" > "$OUT/$arm/select-$from-$set.json" 2> "$OUT/$arm/select-$from-$set.log"
+      done
+    done
+  done
+fi
 # the curve with test-time compute: each kept checkpoint (one per evaluation) at VOTE_K steps, one-shot
 # and with a vote of SNAP_VOTE variants; SNAP_VOTE=0 skips it
 SNAP_VOTE=${SNAP_VOTE:-16}
@@ -83,6 +105,18 @@ for arm in arms:
         print(f"{arm:10s} one-shot, K={k:>3} supervision steps: {m['exact_accuracy']:.3f} ({m['seconds']:.0f} s) [{bands}]")
     for n, v in json.loads((out / arm / "vote.json").read_text())["vote"].items():
         print(f"{arm:10s} vote over {n:>2} variants (K={vote_k}): {v['exact_accuracy']:.3f} ({v['seconds']:.0f} s)")
+    picks = {}
+    for fit in sorted(out.glob(f"{arm}/select-*-fit.json")):
+        source = fit.stem.split("-")[1]
+        r_fit, r_held = json.loads(fit.read_text()), json.loads((out / arm / f"select-{source}-held.json").read_text())
+        picks[source] = r_fit["select/exact_accuracy"]
+        for name, r in (("generated (fit)", r_fit), ("held out", r_held)):
+            print(f"{arm:10s} --select {r['select/N']} from {source:8s} (K={vote_k}) on {name:15s}: halting head "
+                  f"{r['select/exact_accuracy']:.3f} ({r['select/seconds']:.0f} s), plurality "
+                  f"{r['plurality/exact_accuracy']:.3f}, one-shot {r['exact_accuracy']:.3f}")
+    if picks:
+        best = max(picks, key=picks.get)
+        print(f"{arm:10s} the source chosen on the generated puzzles: {best} ({picks[best]:.3f} there)")
     evals = {r["step"]: r for r in map(json.loads, (out / arm / "metrics.jsonl").read_text().splitlines())
              if "eval/exact_accuracy" in r}
     for snap in sorted(out.glob(f"{arm}/snapshot-*.json"), key=lambda p: int(p.stem.split("-")[1])):

@@ -1,9 +1,11 @@
 """The grid TRM on mazes (issue 25): generated training data that resumes exactly after kill -9,
 loss masking that changes which cells are scored, test-time supervision steps, and evaluation of
-a positionless conv model on a larger grid (refused, with its reason, for attention)."""
+a positionless conv model on a larger grid, planned at that grid's size inside the memory budget
+(refused, with its reason, for attention)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +167,23 @@ def test_eval_steps_and_votes_change_what_is_run_and_a_conv_model_reads_a_larger
     assert wide["valid_path_accuracy"] >= result["pooled_vote"]["valid_path_accuracy"]  # a superset of ballots
     refused = cli("eval", str(run), "--data", str(root / "m11"), "--vote", "2", "--pool")
     assert refused.returncode == 2 and "--pool votes over the answers at several K" in refused.stderr, refused.stderr
+
+
+def test_a_larger_grid_is_planned_at_its_own_size_and_evaluated_inside_the_memory_budget(root, tmp_path):
+    run = root / "whole"  # trained on 7 x 7 (test_generated_training_resumes_exactly_after_sigkill)
+    if not (run / "weights.safetensors").exists():
+        pytest.skip("needs the trained run of the resume test")
+    maze.build("generate", tmp_path / "m30", size=30, num=2, min_path=20, test_fraction=1.0, seed=1, log=lambda m: None)
+    per_slot = {}
+    for name, data in (("m7", root / "m7"), ("m30", tmp_path / "m30")):
+        out = cli("eval", str(run), "run.threads=1", "--data", str(data), "--memory-budget", "1GB", "--steps", "8")
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["memory_budget_gb"] == round(1e9 / 2**30, 3)
+        assert result["peak_rss_gb"] <= result["memory_budget_gb"]  # the kernel's figure for the whole process
+        size, unit = re.search(r"micro_batch=\d+ .*?, ([\d.]+) (KiB|MiB) per slot", out.stderr).groups()
+        per_slot[name] = float(size) * (1024 if unit == "MiB" else 1)
+    assert per_slot["m30"] > 10 * per_slot["m7"]  # 900 cells against 49: planned for the grid it reads
 
 
 def test_eval_of_a_checkpoint_reads_its_ema_weights_and_keeps_the_final_curve(root):
