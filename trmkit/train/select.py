@@ -21,12 +21,12 @@ ballot has the larger halting logit), under `plurality/...`. A task's rule-check
   (NOISE_SEED, r, t): the same for any batch size, with or without the other examples.
 - N <= MAX_SELECT (16): each trajectory costs a full one-shot evaluation.
 - NOISE_STD, NOISE_SEED and the rule are fixed choices, made before any measurement: nothing was
-  tuned, on the evaluation sets or elsewhere. Their effect on accuracy is not measured yet.
+  tuned, on the evaluation sets or elsewhere. Measured in docs/performance.md (the hardest 1,000
+  17-clue Sudoku, K = 16: one-shot 0.821, 16 noised trajectories 0.936, 16 variants 0.987).
 
 Departure from PTRM (Sghaier et al. 2026), which injects noise at every deep recursion step: here
-only the start is perturbed (one draw per trajectory, the model code untouched); whether that gives
-trajectories diverse enough is part of what is not measured (`select/distinct_answers_mean` says
-how many different answers the N trajectories gave per example).
+only the start is perturbed (one draw per trajectory, the model code untouched); on the hardest
+Sudoku that gave 4.2 distinct answers per puzzle among 16 (`select/distinct_answers_mean`).
 """
 
 from __future__ import annotations
