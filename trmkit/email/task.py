@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from collections import Counter
@@ -87,9 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
                         "whole threads (subject without Re:/Fwd:) or whole senders to one split each")
     p.add_argument("--test-where", default=None, metavar="REGEX",
-                   help="the test split is every message whose source (file path, or FILE:N in an mbox/CSV) "
-                        "matches REGEX, e.g. --test-where=-2/ for another mailbox's folders; --split divides "
-                        "the rest into train/val")
+                   help="the test split is every message whose source inside --source (its path below it, or "
+                        "FILE:N in an mbox/CSV) matches REGEX, e.g. --test-where=-2/ for another mailbox's "
+                        "folders; --split divides the rest into train/val")
     p.add_argument("--near-duplicates", type=float, default=0.9,
                    help="Jaccard similarity above which two messages are one (0: exact duplicates only)")
     p.add_argument("--max-message-bytes", type=int, default=None, help="larger messages are truncated")
@@ -245,6 +246,17 @@ def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> d
     return rows
 
 
+def inside_source(where: str, source) -> str:
+    """A message's `where` without the --source path before it, so that --test-where reads the mailbox's own
+    folders (`easy_ham-2/00001.abc`, `inbox.mbox:12`) and never the directories the mailbox sits in."""
+    root = str(source).rstrip(os.sep)
+    if where.startswith(root + os.sep):
+        return where[len(root) + 1:]
+    if where.startswith(root):  # the source is one file: FILE or FILE:N
+        return os.path.basename(root) + where[len(root):]
+    return where
+
+
 def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tuple[np.ndarray, ...]:
     """--test-where: test is every message whose `where` matches the regex (e.g. another mailbox's folder);
     --split divides the others into train and val (no test share of their own)."""
@@ -256,10 +268,11 @@ def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tup
         pattern = re.compile(args.test_where)
     except re.error as e:
         raise ValueError(f"--test-where {args.test_where!r} is not a regular expression: {e}") from None
-    inside = np.array([bool(pattern.search(m.where)) for m in kept])
+    inside = np.array([bool(pattern.search(inside_source(m.where, args.source))) for m in kept])
     if inside.all() or not inside.any():
         raise ValueError(f"--test-where {args.test_where!r} matches {int(inside.sum())} of {len(kept)} messages' "
-                         f"sources (e.g. {kept[0].where}): it must pick some messages for test and leave others")
+                         f"sources (e.g. {inside_source(kept[0].where, args.source)}): it must pick some messages "
+                         "for test and leave others")
     rest = [m for m, t in zip(kept, inside) if not t]
     groups = [group_key(m, args.split) for m in rest] if args.split in GROUP_SPLITS else None
     train, val, _ = split([m.label for m in rest], args.val_fraction, 0.0, args.seed, dates=[m.date for m in rest],
