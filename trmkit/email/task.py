@@ -248,7 +248,7 @@ def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> d
 
 def inside_source(where: str, source) -> str:
     """A message's `where` without the --source path before it, so that --test-where reads the mailbox's own
-    folders (`easy_ham-2/00001.abc`, `inbox.mbox:12`) and never the directories the mailbox sits in."""
+    folders (`easy-ham-2/00001.abc`, `inbox.mbox:12`) and never the directories the mailbox sits in."""
     root = str(source).rstrip(os.sep)
     if where.startswith(root + os.sep):
         return where[len(root) + 1:]
@@ -258,7 +258,7 @@ def inside_source(where: str, source) -> str:
 
 
 def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tuple[np.ndarray, ...]:
-    """--test-where: test is every message whose `where` matches the regex (e.g. another mailbox's folder);
+    """--test-where: test is every message whose path inside --source matches the regex (e.g. another mailbox's folder);
     --split divides the others into train and val (no test share of their own)."""
     import re
 
