@@ -100,7 +100,9 @@ from pathlib import Path
 out, vote_k, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 print(f"held out: the 1,000 highest-rated 17-clue puzzles; exact accuracy ({out})")
 for arm in arms:
-    for k, m in json.loads((out / arm / "steps.json").read_text())["steps"].items():
+    steps = json.loads((out / arm / "steps.json").read_text())
+    curve = steps["steps"] if isinstance(steps["steps"], dict) else {str(steps["steps"]): steps}  # one K: flat
+    for k, m in curve.items():
         bands = ", ".join(f"{b.split('/')[1]} {v:.3f}" for b, v in m.items() if b.startswith("exact_by_rating/"))
         print(f"{arm:10s} one-shot, K={k:>3} supervision steps: {m['exact_accuracy']:.3f} ({m['seconds']:.0f} s) [{bands}]")
     for n, v in json.loads((out / arm / "vote.json").read_text())["vote"].items():

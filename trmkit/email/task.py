@@ -268,11 +268,11 @@ def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tup
         pattern = re.compile(args.test_where)
     except re.error as e:
         raise ValueError(f"--test-where {args.test_where!r} is not a regular expression: {e}") from None
-    inside = np.array([bool(pattern.search(inside_source(m.where, args.source))) for m in kept])
+    sources = [inside_source(m.where, args.source) for m in kept]
+    inside = np.array([bool(pattern.search(where)) for where in sources])
     if inside.all() or not inside.any():
         raise ValueError(f"--test-where {args.test_where!r} matches {int(inside.sum())} of {len(kept)} messages' "
-                         f"sources (e.g. {inside_source(kept[0].where, args.source)}): it must pick some messages "
-                         "for test and leave others")
+                         f"sources (e.g. {sources[0]}): it must pick some messages for test and leave others")
     rest = [m for m, t in zip(kept, inside) if not t]
     groups = [group_key(m, args.split) for m in rest] if args.split in GROUP_SPLITS else None
     train, val, _ = split([m.label for m in rest], args.val_fraction, 0.0, args.seed, dates=[m.date for m in rest],
