@@ -15,6 +15,7 @@
 #        MINUTES=120 CFG=configs/sudoku-laptop.yaml ARMS="store curriculum" bash benchmarks/sudoku_hard.sh
 #        MINUTES=120 ARMS=curriculum THREADS=2 EVALS=8 bash benchmarks/sudoku_hard.sh   (the issue's 2 cores)
 # STEPS=N sets train.max_steps (the lr cosine's length) when the planner's step time is known to be off.
+# EXTRA="key=value ..." adds config overrides to every arm (a lever: EXTRA="model.H_cycles=3 model.L_cycles=6").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRMKIT=${TRMKIT:-.venv/bin/trmkit}
@@ -34,7 +35,9 @@ if [ ! -d "$DATA" ]; then
 fi
 mkdir -p "$OUT"
 # the lr cosine should end with the budget: the planner's step time sets train.max_steps unless STEPS is given
-STEP_S=$($TRMKIT plan "$CFG" data.path="$DATA" run.threads="$THREADS" --json 2>/dev/null |
+EXTRA=${EXTRA:-}
+# shellcheck disable=SC2086  # EXTRA is a list of overrides
+STEP_S=$($TRMKIT plan "$CFG" data.path="$DATA" run.threads="$THREADS" $EXTRA --json 2>/dev/null |
          .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['step_seconds'])")
 read -r STEPS EVERY HALF < <(.venv/bin/python -c "
 s = ${STEPS:-0} or int($MINUTES * 60 / $STEP_S)
@@ -47,7 +50,8 @@ pids=()
 for arm in $ARMS; do
   extra=()
   [ "$arm" = curriculum ] && extra=(data.stream=curriculum data.curriculum_samples="$HALF")
-  $TRMKIT train "$CFG" "${COMMON[@]}" "${extra[@]}" run.dir="$OUT/$arm" > "$OUT/$arm.log" 2>&1 &
+  # shellcheck disable=SC2086
+  $TRMKIT train "$CFG" "${COMMON[@]}" "${extra[@]}" $EXTRA run.dir="$OUT/$arm" > "$OUT/$arm.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done

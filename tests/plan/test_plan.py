@@ -277,8 +277,14 @@ def test_compile_off_for_short_runs_and_weighed_for_long_ones(hw, fake_speed, mo
                         lambda *a, **k: {"compile_seconds": 60.0, "eager": 0.03, "compiled": 0.02})
     long_run = sudoku_cfg(96, dtype="float32")
     long_run = dataclasses.replace(long_run, train=TrainConfig(batch_size=96, max_steps=200_000))
-    p = plan.make_plan(long_run, hw, log=lambda _: None)
+    lines = []
+    p = plan.make_plan(long_run, hw, log=lines.append)
     assert p.compile.value is True and "pays back" in p.compile.reason
+    # the step estimate is that of compiled calls: the eager one scaled by the measured 0.02 / 0.03
+    eager = plan.make_plan(dataclasses.replace(long_run, run=dataclasses.replace(long_run.run, compile="off")),
+                           hw, log=lambda _: None)
+    assert p.step_seconds == pytest.approx(eager.step_seconds * 2 / 3)
+    assert any("one network call, compiled;" in line for line in lines if line.startswith("plan: time ~"))
     # the same run with a 4-minute wall-clock budget: the budget, not max_steps, is the run's length
     lines = []
     timed = dataclasses.replace(long_run, train=TrainConfig(batch_size=96, max_steps=200_000, max_minutes=4))

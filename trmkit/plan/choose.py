@@ -320,23 +320,29 @@ def expected_run(cfg: Config, step_s: float) -> tuple[float, str]:
 
 
 def choose_compile(cfg: Config, hw: HardwareInfo, device: str, dtype: str, micro: int, threads: int,
-                   step_s: float | None, cache_dir: str | Path | None, log: Log) -> Choice:
-    """torch.compile only where it works here and its measured saving pays for its compile time."""
+                   step_s: float | None, cache_dir: str | Path | None, log: Log) -> tuple[Choice, float]:
+    """torch.compile only where it works here and its measured saving pays for its compile time.
+
+    Returns the choice and the measured time of a compiled call against an eager one where compile is
+    chosen on that measurement (else 1.0): the step-time estimate scales by it."""
     if cfg.run.compile in ("on", "off"):
-        return Choice(cfg.run.compile == "on", "set in the config (run.compile)")
+        return Choice(cfg.run.compile == "on", "set in the config (run.compile)"), 1.0
     if step_s is None:
-        return Choice(False, "no step-time measurement to weigh the compile time against; set run.compile=on to try")
+        return Choice(False, "no step-time measurement to weigh the compile time against; "
+                             "set run.compile=on to try"), 1.0
     run_s, length = expected_run(cfg, step_s)
     if run_s < COMPILE_SHORT_RUN_S:
-        return Choice(False, f"short run ({length}): compiling takes minutes on a CPU and could not pay back")
+        return Choice(False, f"short run ({length}): compiling takes minutes on a CPU and could not pay back"), 1.0
     result = compile_timing(cfg.model, hw, device, dtype, micro, threads, cache_dir, log, run_s)
     if "error" in result:
-        return Choice(False, f"torch.compile does not work here: {result['error']}")
-    saving = run_s * max(0.0, 1 - result["compiled"] / result["eager"])  # every call gets faster
+        return Choice(False, f"torch.compile does not work here: {result['error']}"), 1.0
+    gain = min(1.0, result["compiled"] / result["eager"])
+    saving = run_s * (1 - gain)  # every call gets faster
     cost = COMPILE_PAYBACK * result["compile_seconds"]  # x2: evaluation shapes compile again
     numbers = (f"measured {result['eager'] * 1e3:.0f} -> {result['compiled'] * 1e3:.0f} ms per call, "
                f"compile {result['compile_seconds']:.0f} s; saves ~{minutes(max(0.0, saving))} "
                f"over the run ({length})")
     if result.get("busy_percent", 0.0) >= BUSY_PERCENT:
         numbers += f"; measured while other processes used {result['busy_percent']:.0f}% of the CPU"
-    return Choice(saving > cost, numbers + (" (pays back)" if saving > cost else " (does not pay back)"))
+    pays = saving > cost
+    return Choice(pays, numbers + (" (pays back)" if pays else " (does not pay back)")), gain if pays else 1.0
