@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trmkit.data.imports import ImportReport
+from trmkit.tasks.sudoku.build import read_text
 from trmkit.tasks.sudoku.generate import apply_transforms, carve, parse_givens, random_solution, random_transforms
 from trmkit.tasks.sudoku.solver import search
 
@@ -66,19 +68,18 @@ def climb(kind: str, givens: tuple[int, int], moves: int, rng: np.random.Generat
     puzzle = None
     while puzzle is None:
         puzzle = carve(solution, int(rng.integers(givens[0], givens[1] + 1)), rng)
-    objective = (lambda p: float(rating(p))) if kind == "single" else (lambda p: variant_median(p, 5, rng))
-    current = objective(puzzle)
+    current = float(rating(puzzle)) if kind == "single" else variant_median(puzzle, 5, rng)
     best = (current, puzzle)
     for _ in range(moves):
         q = propose(puzzle, solution, givens, rng)
         quick = rating(q)
         if quick < 0 or quick < 0.3 * current:  # not unique, or clearly easier: no full evaluation
             continue
-        value = float(quick) if kind == "single" else objective(q)
+        value = float(quick) if kind == "single" else variant_median(q, 5, rng)
         if value >= current or rng.random() < np.exp((value - current) / max(1.0, 0.1 * current)):
             puzzle, current = q, value
             if kind == "robust" and current > best[0]:
-                current = objective(puzzle)  # measured again: a lucky draw does not set the record
+                current = variant_median(puzzle, 5, rng)  # measured again: a lucky draw does not set the record
             if current > best[0]:
                 best = (current, puzzle)
     return best[1], best[0]
@@ -88,9 +89,9 @@ def reference(sample: int) -> list[float]:
     """The variant median of `sample` of the 1,000 highest-rated 17-clue puzzles."""
     if not COLLECTION.is_file():
         raise SystemExit(f"{COLLECTION} is missing: the reference needs ../shared/data (its README)")
-    lines = [s.strip() for s in COLLECTION.read_text().splitlines() if s.strip() and not s.startswith("#")]
-    grids = np.array([[0 if ch in ".0" else int(ch) for ch in s[:81]] for s in lines], dtype=np.uint8)
-    ratings = np.array([rating(g) for g in grids])
+    pairs = list(read_text(COLLECTION, ImportReport(COLLECTION.name)))  # solved and rated on reading
+    grids = np.array([pair.puzzle for pair in pairs])
+    ratings = np.array([pair.guesses for pair in pairs])
     top = np.argsort(-ratings, kind="stable")[:1000]
     rng = np.random.default_rng(12345)
     picked = rng.choice(top, sample, replace=False)
