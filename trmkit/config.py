@@ -167,6 +167,8 @@ class DataConfig:
     #                              stream=curriculum: samples over which the pool grows to every training group
     easy_share: float = 0.5  # stream=generate: the share of easier examples the generator mixes in (a maze with
     #                          a path of t..t+2 steps, t uniform up to the store's hardness); the rest are as hard
+    long_share: float = 0.0  # stream=generate: the share of the hard examples the generator makes longer than the
+    #                          store's (a maze without loops, its path at least twice the hardness, in the same grid)
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
@@ -175,6 +177,8 @@ class DataConfig:
             raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
         if not 0.0 <= self.easy_share <= 1.0:
             raise ConfigError(f"data.easy_share={self.easy_share}: give a share between 0 and 1 (0.5: half easier)")
+        if not 0.0 <= self.long_share <= 1.0:
+            raise ConfigError(f"data.long_share={self.long_share}: give a share between 0 and 1 (0: none longer)")
         if self.stream == "curriculum" and not self.curriculum_samples:
             raise ConfigError("data.stream=curriculum needs data.curriculum_samples > 0: the samples over which "
                               "training moves from the easiest groups to all of them")

@@ -83,6 +83,22 @@ def test_easy_share_sets_how_many_generated_mazes_are_easier(root):
         DataConfig(easy_share=1.5)
 
 
+def test_long_share_makes_hard_mazes_perfect_with_twice_the_path_and_zero_changes_nothing(root):
+    meta = open_split(root / "m11" / "test").meta
+    hardness = maze.MazeSampler(meta).hardness
+
+    def take(**kw):
+        return GeneratedStream(maze.MazeSampler(meta, easy_share=0.0, **kw), seed=3).take(40)
+
+    longer = take(long_share=1.0)
+    assert all((a == maze.PATH).sum() + 1 >= 2 * hardness for a in longer.labels)
+    for q, a in zip(longer.inputs, longer.labels):
+        maze.check_answer(q.reshape(11, 11), a.reshape(11, 11))
+    assert np.array_equal(take(long_share=0.0).inputs, take().inputs)  # 0 draws nothing: the same stream
+    with pytest.raises(ConfigError, match="long_share"):
+        DataConfig(long_share=-0.1)
+
+
 
 def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
     q = maze.parse("S #" "  #" "  G", allow_path=False).reshape(1, 9)

@@ -8,8 +8,10 @@ no loss with train.mask_given, and a convolution sees no positions, so a 9 x 9 m
 is simply a 9 x 9 maze). Its shortest path is at least the stage's hardness, Maze-Hard's 110 on
 30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), a share of the mazes
 (data.easy_share, half by default) is easier, with a path of t..t+2 steps for t uniform up to that
-hardness. Each maze gets a random symmetry of the square. The stream (data/generated.py) gives
-each sample its own seeded random generator, so a run resumes exactly.
+hardness. With data.long_share a share of the hard ones is instead a perfect maze (no loops) whose
+path is at least twice the hardness: longer routes than loops allow in the same grid (measured: no help
+on larger mazes, docs/performance.md). Each maze gets a random symmetry of the square. The stream
+(data/generated.py) gives each sample its own seeded random generator, so a run resumes exactly.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
 class MazeSampler:
     """One maze at curriculum position `progress` in [0, 1]: the sampler data.stream=generate uses."""
 
-    def __init__(self, meta: StoreMeta, easy_share: float = 0.5) -> None:
+    def __init__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0) -> None:
         build = meta.build
-        self.easy_share = float(easy_share)
+        self.easy_share, self.long_share = float(easy_share), float(long_share)
         self.canvas = int((meta.grid_shape or (build["size"],))[0])
         self.loops = float(build.get("loops", 0.1))
         self.hardness = int(build.get("min_path") or default_min_path(self.canvas))
@@ -43,7 +45,9 @@ class MazeSampler:
 
     def describe(self, progress: float) -> str:
         n = self.size_at(progress)
-        return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, {self.easy_share:.0%} easier) in the "
+        longer = (f", {self.long_share:.0%} of the rest without loops and paths >= {2 * self.min_path_at(n)}"
+                  if self.long_share else "")
+        return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, {self.easy_share:.0%} easier{longer}) in the "
                 f"{self.canvas} x {self.canvas} grid")
 
     def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
@@ -52,6 +56,8 @@ class MazeSampler:
         if rng.random() < self.easy_share:  # an easier maze: a path of t..t+2 steps
             low = int(rng.integers(2, hard + 1))
             question, answer, _ = generate_maze(n, rng, self.loops, low, max_path=low + 2)
+        elif self.long_share and rng.random() < self.long_share:  # a perfect maze with a longer path
+            question, answer, _ = generate_maze(n, rng, 0.0, 2 * hard)
         else:
             question, answer, _ = generate_maze(n, rng, self.loops, hard)
         k = int(rng.integers(8))
