@@ -159,26 +159,22 @@ class DataConfig:
 
     path: str = ""  # dataset root holding train/ and test/ split directories
     eval_limit: int = 0  # evaluate on at most this many test examples (0 = all)
-    stream: str = "store"  # "store": sample the training split; "generate": fresh examples from the task's
-    #                        generator at every step (seeded, resumable; the store gives shapes and the test set);
-    #                        "curriculum": the training split drawn easy -> hard by its rated difficulty
-    curriculum_samples: int = 0  # stream=generate: samples over which the task's generator ramps from easy
-    #                              to the store's difficulty (0: the store's difficulty from the first sample);
-    #                              stream=curriculum: samples over which the pool grows to every training group
+    stream: str = "store"  # "store": sample the training split; "generate": fresh examples from the task's generator
+    #                        each step (seeded, resumable); "curriculum": the split drawn easy -> hard by its rating
+    curriculum_samples: int = 0  # samples over which stream=generate ramps from easy to the store's difficulty
+    #                              (0: no ramp), or stream=curriculum grows its pool to every training group
     easy_share: float = 0.5  # stream=generate: the share of easier examples the generator mixes in (a maze with
     #                          a path of t..t+2 steps, t uniform up to the store's hardness); the rest are as hard
-    long_share: float = 0.0  # stream=generate: the share of the hard examples the generator makes longer than the
-    #                          store's (a maze without loops, its path at least twice the hardness, in the same grid)
+    long_share: float = 0.0  # stream=generate: the share of hard ones made longer (a maze: no loops, 2 x the path)
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
             raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
         if self.curriculum_samples < 0:
             raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
-        if not 0.0 <= self.easy_share <= 1.0:
-            raise ConfigError(f"data.easy_share={self.easy_share}: give a share between 0 and 1 (0.5: half easier)")
-        if not 0.0 <= self.long_share <= 1.0:
-            raise ConfigError(f"data.long_share={self.long_share}: give a share between 0 and 1 (0: none longer)")
+        for key, share in (("easy_share", self.easy_share), ("long_share", self.long_share)):
+            if not 0.0 <= share <= 1.0:
+                raise ConfigError(f"data.{key}={share}: give a share between 0 and 1 (0.5: half of them)")
         if self.stream == "curriculum" and not self.curriculum_samples:
             raise ConfigError("data.stream=curriculum needs data.curriculum_samples > 0: the samples over which "
                               "training moves from the easiest groups to all of them")
