@@ -387,6 +387,21 @@ def test_a_tight_budget_returns_freed_memory_instead_of_keeping_it():
     assert choose.choose_keep_freed_memory("on", "glibc 2.36", "cpu", tight=True)[0].value is True  # pinned
 
 
+def test_evaluation_is_planned_for_the_heap_that_kept_freed_memory_fragments(hw, fake_speed, tmp_path):
+    maze = ModelConfig(mixer="conv", hidden_size=96, mlp_width=192, puzzle_emb_len=0, vocab_size=6, seq_len=61 * 61,
+                       num_puzzle_ids=1, grid_height=61, grid_width=61)
+    live = memory_model.estimate_memory(maze, 64, 8, dtype="bfloat16", eval_batch=64)
+    kept = memory_model.estimate_memory(maze, 64, 8, dtype="bfloat16", eval_batch=64, kept_memory=True)
+    per_slot = memory_model.eval_slot_bytes(maze, 2)
+    assert kept.eval_peak - live.eval_peak == 64 * int(per_slot * memory_model.KEPT_EVAL_FRAGMENTATION) - 64 * per_slot
+    cfg = sudoku_cfg(96, compile="off", dtype="float32")
+    plans = {k: plan.make_plan(config.replace(cfg, "run", keep_freed_memory=k), hw, cache_dir=tmp_path,
+                               log=lambda _: None) for k in ("on", "off")}
+    assert plans["on"].keep_freed_memory.value and not plans["off"].keep_freed_memory.value
+    on, off = plans["on"].estimate, plans["off"].estimate
+    assert on.train_peak == off.train_peak and on.eval_peak > off.eval_peak  # only evaluation's heap differs
+
+
 def test_a_run_that_measured_more_raises_the_next_plans_estimate_and_narrows_the_margin(hw, fake_speed, tmp_path):
     cfg = sudoku_cfg(96, compile="off", dtype="float32")
     first = plan.make_plan(budgeted(cfg, 3 * GiB), hw, cache_dir=tmp_path, log=lambda _: None)

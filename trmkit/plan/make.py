@@ -17,6 +17,7 @@ torch and model shape; not cached when other processes were busy), torch.compile
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
@@ -91,6 +92,10 @@ def make_plan(cfg: Config, hw: HardwareInfo,
     keep, trim = choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc, device.value,
                                           max(budget.value - estimate.total, estimate.parts["activations"]),
                                           tight=budget.value < TIGHT_BUDGET * estimate.total)
+    if mc.kept_memory and not keep.value:  # freed memory goes back: evaluation is planned at its live bytes
+        mc = dataclasses.replace(mc, kept_memory=False)
+        eval_batch = choose_eval_batch(cfg, mc, micro.value, ckpt.value)
+        estimate = mc.estimate(cfg.model, cfg.train.batch_size, micro.value, ckpt.value, eval_batch.value)
     fused = choose_fused_inference(cfg.run.fused_inference, device.value, dtype.value, bool(compiled.value))
     plan = Plan(device=device, dtype=dtype, threads=threads, micro_batch=micro,
                 accumulation=choose_accumulation(cfg.train.batch_size, micro.value, world),
@@ -124,7 +129,8 @@ def _memory_context(cfg: Config, hw: HardwareInfo, budget: Choice, dtype: str, c
                else "no run of this config here has measured it yet")
         budget = Choice(budget.value, f"{budget.reason}; steps planned to {format_bytes(planned)}: "
                                       f"{calib.margin:.0%} kept for the memory model's error ({why})")
-    return budget, MemoryContext(dtype, baseline, calib, cfg.train.ema_decay > 0, planned, budget.value)
+    kept = not on_gpu and cfg.run.keep_freed_memory != "off" and hw.platform.libc.startswith("glibc")
+    return budget, MemoryContext(dtype, baseline, calib, cfg.train.ema_decay > 0, planned, budget.value, kept)
 
 
 def plan_report(plan: Plan, estimate: MemoryEstimate | None = None) -> str:

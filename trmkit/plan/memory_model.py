@@ -47,6 +47,11 @@ DEFAULT_BASELINE = 240 * MiB  # RSS of python + torch + trmkit before the model 
 DEFAULT_MARGIN = 0.10  # paper config, empty cache: steps 4-7% over the estimate with freed memory returned
 # (11% with it kept, which TIGHT_BUDGET allows only with 25% of room; docs/memory.md)
 MEASURED_MARGIN = 0.03  # once a run of this config measured (and taught) it
+# Evaluation without gradients frees each intermediate as soon as the next op has read it. With freed
+# memory kept in the process (keep_freed_memory), glibc's heap reuses few of those holes for the next,
+# differently sized tensors and grows: the conv maze model (D=96, bf16, 16 and 64 slots of 61 x 61, 16
+# steps) rose 9.5 KB per cell and slot kept against 3.8 KB returned (eval_slot_bytes counts 4.1 KB).
+KEPT_EVAL_FRAGMENTATION = 2.5
 
 
 @dataclass(frozen=True)
@@ -174,8 +179,9 @@ def eval_slot_bytes(m: ModelConfig, elem: int) -> int:
 def estimate_memory(m: ModelConfig, batch_size: int, micro_batch: int, *, dtype: str = "float32",
                     grad_checkpointing: bool = False, baseline: int = DEFAULT_BASELINE,
                     calibration: Calibration | None = None, ema: bool = True,
-                    eval_batch: int | None = None) -> MemoryEstimate:
-    """Peak bytes of one training step of TRM(m) with `batch_size` slots, `micro_batch` at a time."""
+                    eval_batch: int | None = None, kept_memory: bool = False) -> MemoryEstimate:
+    """Peak bytes of one training step of TRM(m) with `batch_size` slots, `micro_batch` at a time, and of
+    evaluating `eval_batch` slots (kept_memory: freed memory stays in the process, KEPT_EVAL_FRAGMENTATION)."""
     calib = calibration or Calibration()
     elem = 2 if dtype == "bfloat16" else 4
     carry, micro = carry_slot_bytes(m), micro_slot_bytes(m, elem, grad_checkpointing, calib.backward_calls)
@@ -184,7 +190,8 @@ def estimate_memory(m: ModelConfig, batch_size: int, micro_batch: int, *, dtype:
     parts["carry"] = batch_size * carry
     parts["activations"] = micro_batch * micro
     eval_batch = min(batch_size, EVAL_BATCH_MAX) if eval_batch is None else eval_batch
-    eval_peak = fixed + batch_size * carry + eval_batch * eval_slot_bytes(m, elem) + calib.eval_overhead
+    per_eval_slot = int(eval_slot_bytes(m, elem) * (KEPT_EVAL_FRAGMENTATION if kept_memory else 1))
+    eval_peak = fixed + batch_size * carry + eval_batch * per_eval_slot + calib.eval_overhead
     return MemoryEstimate(batch_size, micro_batch, grad_checkpointing, dtype, parts, carry, micro,
                           eval_batch, eval_peak)
 
@@ -204,6 +211,7 @@ class MemoryContext:
     ema: bool
     budget: int  # what estimates must fit: the given budget less the margin for the model's error
     given: int = 0  # the budget as given (0: the same as `budget`)
+    kept_memory: bool = False  # freed memory may stay in the process (keep_freed_memory not off, glibc, CPU)
 
     def shown(self) -> str:
         """The budget for messages: as given, and what the plan fits into when that is less."""
@@ -215,7 +223,7 @@ class MemoryContext:
                  eval_batch: int | None = None) -> MemoryEstimate:
         return estimate_memory(m, batch, micro, dtype=self.dtype, grad_checkpointing=ckpt,
                                baseline=self.baseline, calibration=self.calibration, ema=self.ema,
-                               eval_batch=eval_batch)
+                               eval_batch=eval_batch, kept_memory=self.kept_memory)
 
     def fits(self, m: ModelConfig, batch: int, micro: int, ckpt: bool) -> bool:
         return self.estimate(m, batch, micro, ckpt, eval_batch=1).train_peak <= self.budget
