@@ -35,7 +35,7 @@ from trmkit.plan.device import choose_device, choose_threads
 from trmkit.plan import measure
 from trmkit.plan.measure import speed_table, step_seconds
 from trmkit.plan.memory_model import Calibration, MemoryContext, process_baseline
-from trmkit.plan.objects import Choice, MemoryEstimate, Plan
+from trmkit.plan.objects import CPU, Choice, MemoryEstimate, Plan
 
 Log = Callable[[str], None]
 
@@ -129,7 +129,8 @@ def _memory_context(cfg: Config, hw: HardwareInfo, budget: Choice, dtype: str, c
                else "no run of this config here has measured it yet")
         budget = Choice(budget.value, f"{budget.reason}; steps planned to {format_bytes(planned)}: "
                                       f"{calib.margin:.0%} kept for the memory model's error ({why})")
-    kept = not on_gpu and cfg.run.keep_freed_memory != "off" and hw.platform.libc.startswith("glibc")
+    # whether freed memory may stay in the process: the choice's own rules, before its budget test (tight)
+    kept = not on_gpu and bool(choose_keep_freed_memory(cfg.run.keep_freed_memory, hw.platform.libc, CPU)[0].value)
     return budget, MemoryContext(dtype, baseline, calib, cfg.train.ema_decay > 0, planned, budget.value, kept)
 
 
