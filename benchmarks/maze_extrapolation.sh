@@ -4,7 +4,8 @@
 # threads each, then each arm evaluated one-shot - no vote, no verifier - on its 15 x 15 held-out set and
 # on generated 30 x 30, 45 x 45 and 61 x 61 sets (hardness scaled as `trmkit data maze` does by default:
 # paths >= 110 / 165 / 224 steps; ties allowed past 30 x 30, the metric accepts any shortest path):
-# a K curve in one pass (--steps K1,K2,...) and the halting rule (--steps auto:CAP).
+# a K curve in one pass (--steps K1,K2,...) and the halting rule (--steps auto:CAP), its valid paths also by
+# the length of the shortest path (the scorer's bands).
 # ARMS is a list of NAME=override[,override...] ("base" alone: the preset as it is).
 # An arm whose run directory OUT_DIR/NAME exists is not trained again, only evaluated.
 # Usage: bash benchmarks/maze_extrapolation.sh [OUT_DIR]     (default runs/maze-extrap-<stamp>)
@@ -58,13 +59,15 @@ from pathlib import Path
 out, arms = Path(sys.argv[1]), [a.split("=")[0] for a in sys.argv[2:]]
 def auto(path):
     r = json.loads(path.read_text())
-    return r["valid_path_accuracy"], r["steps_used_mean"]
+    bands = " ".join(f"{k.split('/')[1]}: {v:.2f} (n={r['mazes_by_length/' + k.split('/')[1]]})"
+                     for k, v in r.items() if k.startswith("valid_by_length/"))
+    return r["valid_path_accuracy"], r["steps_used_mean"], bands
 for arm in arms:
     rows = []
     for n, f in [(15, "15")] + [(int(s), s) for s in os.environ["SIZES"].split()]:
         curve = json.loads((out / f"{arm}-{f}.json").read_text())["steps"]
         ks = " ".join(f"K={k}: {v['valid_path_accuracy']:.3f}" for k, v in curve.items())
-        acc, used = auto(out / f"{arm}-{f}-auto.json")
-        rows.append(f"  {n} x {n}: {ks} | auto: {acc:.3f} ({used:.1f} steps on average)")
+        acc, used, bands = auto(out / f"{arm}-{f}-auto.json")
+        rows.append(f"  {n} x {n}: {ks} | auto: {acc:.3f} ({used:.1f} steps on average) | by path length: {bands}")
     print(arm, *rows, sep="\n")
 PY

@@ -134,6 +134,29 @@ def test_scorer_counts_another_shortest_path_as_valid_not_exact(tmp_path):
     assert r["path_precision"] == pytest.approx(4 / 7) and r["path_recall"] == pytest.approx(4 / 9)
 
 
+def test_valid_paths_are_tallied_by_the_length_of_the_shortest_path():
+    from trmkit.tasks.maze.score import length_band
+    assert [length_band(s) for s in (1, 19, 20, 79, 80, 319, 320, 900)] == \
+        ["0-19", "0-19", "20-39", "40-79", "80-159", "160-319", "320+", "320+"]
+
+    class Split15:
+        class meta:
+            seq_len = 225
+            grid_shape = (15, 15)
+    rng = np.random.default_rng(1)
+    mazes = [maze.generate_maze(15, rng, 0.1, min_path=lo, max_path=hi) for lo, hi in ((4, 10), (45, 60), (45, 60))]
+    questions, answers = np.stack([q.ravel() for q, _, _ in mazes]), np.stack([a.ravel() for _, a, _ in mazes])
+    preds = answers.copy()
+    preds[2] = questions[2]  # no path marked on the third maze: wrong
+    scorer = maze.MazeScorer(Split15)
+    scorer.add(Batch(inputs=questions, labels=answers, puzzle_ids=np.zeros(3, np.int64)), preds, np.zeros(3))
+    r = scorer.result()
+    band = "40-79"  # the two longer routes
+    assert r["valid_by_length/0-19"] == 1.0 and r["mazes_by_length/0-19"] == 1
+    assert r[f"valid_by_length/{band}"] == 0.5 and r[f"mazes_by_length/{band}"] == 2
+    assert r["valid_path_accuracy"] == 2 / 3
+
+
 def test_marks_on_given_cells_are_not_marks_and_the_open_cell_loss_has_its_bound():
     q = maze.parse("S #" "  #" "  G", allow_path=False)
     label = maze.parse("So#" "oo#" "  G", allow_path=True)  # not a real shortest path: only cells count here

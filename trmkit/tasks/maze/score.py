@@ -12,6 +12,11 @@ on a wall is not a mark.
 The argmax is one operating point. `path_recall_at_precision_0.8` reads the whole
 precision / recall curve of p(path) over the open cells (every threshold, in steps of 1/1000):
 the largest share of path cells a threshold finds while at least 80% of what it marks is path.
+
+Valid shortest paths are also tallied by the length of the maze's shortest path, in bands that
+double (`valid_by_length/40-79` and `mazes_by_length/40-79` in the JSON and the summary, not the
+one-line log): on a larger grid than the training one, accuracy falls with the route's length,
+not with the grid's size (docs/performance.md), so the bands say how far the learned search reaches.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ from trmkit.tasks.maze.generate import OPEN, PATH
 
 BINS = 1000  # thresholds of p(path) for the precision / recall curve
 PRECISION_FLOOR = 0.8
+LENGTH_BANDS = (0, 20, 40, 80, 160, 320)  # lower edges of the path-length bands, in steps
+
+
+def length_band(steps: int) -> str:
+    """The band of a shortest path of `steps` steps: "0-19", "20-39", ..., "320+"."""
+    lower = max(edge for edge in LENGTH_BANDS if edge <= steps)
+    upper = next((edge for edge in LENGTH_BANDS if edge > lower), None)
+    return f"{lower}-{upper - 1}" if upper is not None else f"{lower}+"
 
 
 def stablemax_probs(logits: np.ndarray) -> np.ndarray:
@@ -59,14 +72,19 @@ class MazeScorer:
         self.nll = 0.0
         self.hist_on = np.zeros(BINS, dtype=np.int64)  # p(path) of path cells
         self.hist_off = np.zeros(BINS, dtype=np.int64)  # p(path) of the other open cells
+        self.by_length: dict[str, list[int]] = {}  # band -> [valid, mazes]
 
     def add(self, batch: Batch, preds: np.ndarray, q_halt: np.ndarray, logits: np.ndarray | None = None) -> None:
         for i, (question, label, pred) in enumerate(zip(batch.inputs, batch.labels, preds)):
             q = np.asarray(question).reshape(self.shape)
             truth = np.asarray(label).reshape(self.shape) == PATH
             marked = (np.asarray(pred).reshape(self.shape) == PATH) & (q == OPEN)  # given cells are copied
-            ok = is_shortest_path(q, marked, int(truth.sum()) + 1)
+            steps = int(truth.sum()) + 1
+            ok = is_shortest_path(q, marked, steps)
             self.valid += ok
+            tally = self.by_length.setdefault(length_band(steps), [0, 0])
+            tally[0] += ok
+            tally[1] += 1
             self.other += ok and not np.array_equal(marked, truth)
             self.n += 1
             self.tp += int((marked & truth).sum())
@@ -97,4 +115,8 @@ class MazeScorer:
             out["open_cell_loss"] = self.nll / max(1, self.open)
             out["loss_over_base_rate"] = out["open_cell_loss"] / bound if bound else float("nan")
             out["path_recall_at_precision_0.8"] = recall_at_precision(self.hist_on, self.hist_off, PRECISION_FLOOR)
+        for band in sorted(self.by_length, key=lambda b: int(b.split("-")[0].rstrip("+"))):
+            valid, mazes = self.by_length[band]
+            out[f"valid_by_length/{band}"] = valid / mazes
+            out[f"mazes_by_length/{band}"] = mazes
         return out
