@@ -59,8 +59,8 @@ from pathlib import Path
 out, arms = Path(sys.argv[1]), [a.split("=")[0] for a in sys.argv[2:]]
 def auto(path):
     r = json.loads(path.read_text())
-    bands = " ".join(f"{k.split('/')[1]}: {v:.2f} (n={r['mazes_by_length/' + k.split('/')[1]]})"
-                     for k, v in r.items() if k.startswith("valid_by_length/"))
+    bands = [k.removeprefix("valid_by_length/") for k in r if k.startswith("valid_by_length/")]
+    bands = " ".join(f"{b}: {r['valid_by_length/' + b]:.2f} (n={r['mazes_by_length/' + b]})" for b in bands)
     return r["valid_path_accuracy"], r["steps_used_mean"], bands
 for arm in arms:
     rows = []

@@ -33,14 +33,13 @@ from trmkit.tasks.maze.generate import OPEN, PATH
 
 BINS = 1000  # thresholds of p(path) for the precision / recall curve
 PRECISION_FLOOR = 0.8
-LENGTH_BANDS = (0, 20, 40, 80, 160, 320)  # lower edges of the path-length bands, in steps
+_EDGES = (0, 20, 40, 80, 160, 320, None)  # the path-length bands' edges, in steps
+LENGTH_BANDS = tuple((f"{lo}-{hi - 1}" if hi else f"{lo}+", lo, hi or 2**62) for lo, hi in zip(_EDGES, _EDGES[1:]))
 
 
 def length_band(steps: int) -> str:
     """The band of a shortest path of `steps` steps: "0-19", "20-39", ..., "320+"."""
-    lower = max(edge for edge in LENGTH_BANDS if edge <= steps)
-    upper = next((edge for edge in LENGTH_BANDS if edge > lower), None)
-    return f"{lower}-{upper - 1}" if upper is not None else f"{lower}+"
+    return next(name for name, lo, hi in LENGTH_BANDS if lo <= steps < hi)
 
 
 def stablemax_probs(logits: np.ndarray) -> np.ndarray:
@@ -72,7 +71,7 @@ class MazeScorer:
         self.nll = 0.0
         self.hist_on = np.zeros(BINS, dtype=np.int64)  # p(path) of path cells
         self.hist_off = np.zeros(BINS, dtype=np.int64)  # p(path) of the other open cells
-        self.by_length: dict[str, list[int]] = {}  # band -> [valid, mazes]
+        self.by_length = {name: [0, 0] for name, _, _ in LENGTH_BANDS}  # band -> [valid, mazes]
 
     def add(self, batch: Batch, preds: np.ndarray, q_halt: np.ndarray, logits: np.ndarray | None = None) -> None:
         for i, (question, label, pred) in enumerate(zip(batch.inputs, batch.labels, preds)):
@@ -82,7 +81,7 @@ class MazeScorer:
             steps = int(truth.sum()) + 1
             ok = is_shortest_path(q, marked, steps)
             self.valid += ok
-            tally = self.by_length.setdefault(length_band(steps), [0, 0])
+            tally = self.by_length[length_band(steps)]
             tally[0] += ok
             tally[1] += 1
             self.other += ok and not np.array_equal(marked, truth)
@@ -115,8 +114,8 @@ class MazeScorer:
             out["open_cell_loss"] = self.nll / max(1, self.open)
             out["loss_over_base_rate"] = out["open_cell_loss"] / bound if bound else float("nan")
             out["path_recall_at_precision_0.8"] = recall_at_precision(self.hist_on, self.hist_off, PRECISION_FLOOR)
-        for band in sorted(self.by_length, key=lambda b: int(b.split("-")[0].rstrip("+"))):
-            valid, mazes = self.by_length[band]
-            out[f"valid_by_length/{band}"] = valid / mazes
-            out[f"mazes_by_length/{band}"] = mazes
+        for band, (valid, mazes) in self.by_length.items():
+            if mazes:
+                out[f"valid_by_length/{band}"] = valid / mazes
+                out[f"mazes_by_length/{band}"] = mazes
         return out
