@@ -163,15 +163,15 @@ class DataConfig:
     #                        each step (seeded, resumable); "curriculum": the split drawn easy -> hard by its rating
     curriculum_samples: int = 0  # samples over which stream=generate ramps from easy to the store's difficulty
     #                              (0: no ramp), or stream=curriculum grows its pool to every training group
-    easy_share: float = 0.5  # stream=generate: the share of easier examples the generator mixes in (a maze with
-    #                          a path of t..t+2 steps, t uniform up to the store's hardness); the rest are as hard
+    hardness: int = 0  # stream=generate: how hard the generated ones are (a maze: its path's steps); 0: the store's
+    easy_share: float = 0.5  # stream=generate: the share of easier ones (a maze: t..t+2 steps, t uniform to hardness)
     long_share: float = 0.0  # stream=generate: the share of hard ones made longer (a maze: no loops, 2 x the path)
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
             raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
-        if self.curriculum_samples < 0:
-            raise ConfigError("data.curriculum_samples must be >= 0 (0 = no curriculum)")
+        if self.curriculum_samples < 0 or self.hardness < 0:
+            raise ConfigError("data.curriculum_samples and data.hardness must be >= 0 (0 = none / the store's)")
         for key, share in (("easy_share", self.easy_share), ("long_share", self.long_share)):
             if not 0.0 <= share <= 1.0:
                 raise ConfigError(f"data.{key}={share}: give a share between 0 and 1 (0.5: half of them)")

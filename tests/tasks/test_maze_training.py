@@ -99,6 +99,21 @@ def test_long_share_makes_hard_mazes_perfect_with_twice_the_path_and_zero_change
         DataConfig(long_share=-0.1)
 
 
+def test_hardness_sets_how_long_generated_paths_are_while_the_store_keeps_its_own(root):
+    meta = open_split(root / "m11" / "test").meta  # built with paths >= 12 steps
+
+    def path_steps(**kw) -> list[int]:
+        batch = GeneratedStream(maze.MazeSampler(meta, easy_share=0.0, **kw), seed=3).take(30)
+        return [int((a == maze.PATH).sum()) + 1 for a in batch.labels]  # path steps = cells + 1
+
+    assert maze.MazeSampler(meta).hardness == 12 and maze.MazeSampler(meta, hardness=30).hardness == 30
+    assert min(path_steps(hardness=30)) >= 30
+    assert min(path_steps()) < 30 and path_steps(hardness=0) == path_steps()  # 0: the store's hardness
+    with pytest.raises(ConfigError, match="hardness"):
+        DataConfig(hardness=-1)
+    with pytest.raises(ConfigError, match="data.hardness=200: no 11x11 maze"):  # out of the grid's reach
+        maze.MazeSampler(meta, hardness=200)
+
 
 def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
     q = maze.parse("S #" "  #" "  G", allow_path=False).reshape(1, 9)
@@ -112,9 +127,10 @@ def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
 
 def test_generated_training_resumes_exactly_after_sigkill(root):
     data = f"data.path={root / 'm7'}"
+    hardness = "data.hardness=8"  # the store's is 6: the stream's own, kept by the resumed run
     # The whole run beside the one that is killed (one thread each, own run dirs): the whole one is
     # read only after it ends, and the pair takes about the wall time of one.
-    train = [sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml")]
+    train = [sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml"), hardness]
     whole = procs.start([*train, f"run.dir={root / 'whole'}", data], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     killed = root / "killed"
@@ -130,7 +146,7 @@ def test_generated_training_resumes_exactly_after_sigkill(root):
     procs.kill_group(proc, signal.SIGKILL)
     out, err = procs.communicate(whole, SAFETY_TIMEOUT)
     assert whole.returncode == 0, out + err
-    assert "stream=generate" in out and "7 x 7 mazes" in out
+    assert "stream=generate" in out and "7 x 7 mazes (paths >= 8" in out
     assert 4 <= load_checkpoint(list_checkpoints(killed)[-1]).step < 10
     resumed = cli("train", "--resume", str(killed))
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stdout + resumed.stderr

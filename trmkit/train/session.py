@@ -385,8 +385,8 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[...
     if sampler is None:
         raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "
                           "set data.stream=store")
-    stream = GeneratedStream(sampler(meta, easy_share=cfg.data.easy_share,
-                                     long_share=cfg.data.long_share), cfg.run.seed, world.rank, world.size,
+    stream = GeneratedStream(sampler(meta, easy_share=cfg.data.easy_share, long_share=cfg.data.long_share,
+                                     hardness=cfg.data.hardness), cfg.run.seed, world.rank, world.size,
                              cfg.data.curriculum_samples)
     ramp = (f"a curriculum over {cfg.data.curriculum_samples:,} samples: {stream.describe(0.0)} -> "
             f"{stream.describe(1.0)}" if cfg.data.curriculum_samples else stream.describe(1.0))
@@ -409,8 +409,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
     the global batch, each process holds its share of the slots.
-    sampler: the task's generator (data.stream=generate): (store meta, easy_share=, long_share=) -> one example
-    at a difficulty.
+    sampler: the task's generator (data.stream=generate): (store meta, easy_share=, long_share=, hardness=) -> one
+    example at a difficulty.
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
     its checkpoint after it."""

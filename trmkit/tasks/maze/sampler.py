@@ -1,23 +1,25 @@
 """Fresh mazes at every step (data.stream=generate), with a size and path-length curriculum.
 
-The store's meta.json gives the canvas (N x N, the grid the model reads), the loops and the
-hardness (min_path). At curriculum position q (data.curriculum_samples; 1 without one) a maze is
-n x n, n going up in odd steps from the smallest stage to N (9 -> 11 -> 13 -> 15 on a 15 x 15
-canvas), drawn inside the canvas at a random place with walls around it (walls are given cells:
-no loss with train.mask_given, and a convolution sees no positions, so a 9 x 9 maze in a corner
-is simply a 9 x 9 maze). Its shortest path is at least the stage's hardness, Maze-Hard's 110 on
-30 x 30 scaled by area; as in the store's own curriculum (--train-min-path), a share of the mazes
-(data.easy_share, half by default) is easier, with a path of t..t+2 steps for t uniform up to that
-hardness. With data.long_share a share of the hard ones is instead a perfect maze (no loops) whose
-path is at least twice the hardness: longer routes than loops allow in the same grid (measured: no help
-on larger mazes, docs/performance.md). Each maze gets a random symmetry of the square. The stream
-(data/generated.py) gives each sample its own seeded random generator, so a run resumes exactly.
+The store's meta.json gives the canvas (N x N, the grid the model reads), the loops and the hardness
+(min_path; data.hardness sets another for training, the held-out split keeping the store's). At
+curriculum position q (data.curriculum_samples; 1 without one) a maze is n x n, n going up in odd
+steps from the smallest stage to N (9 -> 11 -> 13 -> 15 on a 15 x 15 canvas), drawn inside the
+canvas at a random place with walls around it (walls are given cells: no loss with train.mask_given,
+and a convolution sees no positions, so a 9 x 9 maze in a corner is simply a 9 x 9 maze). Its
+shortest path is at least the stage's hardness, Maze-Hard's 110 on 30 x 30 scaled by area; as in the
+store's own curriculum (--train-min-path), a share of the mazes (data.easy_share, half by default)
+is easier, with a path of t..t+2 steps for t uniform up to that hardness. With data.long_share a
+share of the hard ones is instead a perfect maze (no loops) whose path is at least twice the
+hardness: longer routes than loops allow in the same grid (measured: no help on larger mazes,
+docs/performance.md). Each maze gets a random symmetry of the square. The stream (data/generated.py)
+gives each sample its own seeded random generator, so a run resumes exactly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from trmkit.config import ConfigError
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import dihedral
 from trmkit.tasks.maze.generate import WALL, default_min_path, generate_maze
@@ -28,14 +30,24 @@ SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
 class MazeSampler:
     """One maze at curriculum position `progress` in [0, 1]: the sampler data.stream=generate uses."""
 
-    def __init__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0) -> None:
+    def __init__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0, hardness: int = 0) -> None:
         build = meta.build
         self.easy_share, self.long_share = float(easy_share), float(long_share)
         self.canvas = int((meta.grid_shape or (build["size"],))[0])
         self.loops = float(build.get("loops", 0.1))
-        self.hardness = int(build.get("min_path") or default_min_path(self.canvas))
+        self.hardness = int(hardness or build.get("min_path") or default_min_path(self.canvas))
         first = min(SMALLEST, self.canvas)
         self.sizes = list(range(first, self.canvas, 2)) + [self.canvas]
+        if hardness:
+            self._check_reachable()
+
+    def _check_reachable(self) -> None:
+        """data.hardness: one maze of that path on the canvas, or a clear error before training starts."""
+        try:
+            generate_maze(self.canvas, np.random.default_rng(0), self.loops, self.hardness)
+        except ValueError as err:
+            raise ConfigError(f"data.hardness={self.hardness}: {err}; lower data.hardness (0: the store's "
+                              f"hardness) or train on a larger grid") from None
 
     def size_at(self, progress: float) -> int:
         return self.sizes[min(len(self.sizes) - 1, int(progress * len(self.sizes)))]
