@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from trmkit import config as config_mod
+from trmkit import names
 from trmkit.config import ConfigError, parse_size
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -101,6 +102,6 @@ def test_old_bag_keys_load_under_their_current_names():
             cfg.model.input_linear_weighting) == (4, True, 0.0, "auto")
     over = config_mod.from_dict(config_mod.apply_overrides({}, ["model.bag_linear_c=3"]))
     assert over.model.input_linear_c == 3.0
-    assert config_mod.current_name("bag_head.weight") == "pooled_head.weight"
-    assert config_mod.current_name("bag_linear_fold_weight") == "input_linear_fold_weight"
-    assert config_mod.current_name("bag_headroom") == "bag_headroom"  # only whole names and their suffixes
+    assert names.current_name("bag_head.weight") == "pooled_head.weight"
+    assert names.current_name("bag_linear_fold_weight") == "input_linear_fold_weight"
+    assert names.current_name("bag_headroom") == "bag_headroom"  # only whole names and their suffixes

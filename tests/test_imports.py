@@ -12,7 +12,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "trmkit"
 
 LAYER = {
-    "trmkit": 0, "trmkit.config": 0, "trmkit.files": 0, "trmkit.procs": 0, "trmkit.rundir": 0.5,
+    "trmkit.names": -0.5,  # former key names: below the config, which reads configs through it
+    "trmkit": 0, "trmkit.config": 0, "trmkit.files": 0, "trmkit.procs": 0,
+    "trmkit.rundir": 0.5,
     "trmkit.hardware": 1, "trmkit.model": 1, "trmkit.data": 1, "trmkit.monitor": 1,
     "trmkit.plan": 2,
     "trmkit.train": 3,

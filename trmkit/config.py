@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from trmkit.names import current_names
+
 
 class ConfigError(ValueError):
     """A config that cannot work; the message names the key and the fix."""
@@ -71,6 +73,7 @@ class ModelConfig:
     pooled_positions: int = 0  # the last positions hold ids that are pooled (their mean embedding) and added to
     #                            every token position's input, not mixed (the store's meta.json)
     answer_vocab: int = 0  # a token head answers with the vocabulary's first N ids only (meta.json; 0 = all)
+    trace_answers: str = ""  # data.trace sets it: the answer id each extra output stands for ("2,2,5,5")
     pooled_head: bool = False  # the class logits also read the pooled positions by a linear map (beside the recursion)
     input_linear: bool = False  # the class logits also add a linear model of the pooled ids, fitted by the store's
     #                             task before training (e-mail: docs/email.md), then frozen (model/input_linear.py)
@@ -105,7 +108,17 @@ class ModelConfig:
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 
+    @property
+    def trace_ids(self) -> tuple[int, ...]:
+        """model.trace_answers as ints: the answer id of each output past the answer vocabulary."""
+        return tuple(int(v) for v in self.trace_answers.split(",") if v.strip())
+
     def _check_pooled(self) -> None:
+        ids = self.trace_answers.replace(",", " ").split()
+        if (self.trace_answers and self.num_classes) or not all(v.isdigit() and (
+                int(v) < (self.answer_vocab or self.vocab_size) or not self.vocab_size) for v in ids):
+            raise ConfigError(f"model.trace_answers={self.trace_answers!r}: answer ids of a token head, comma "
+                              "separated; the task sets them with data.trace (leave it empty otherwise)")
         if self.answer_vocab and (self.num_classes or self.answer_vocab > self.vocab_size > 0):
             raise ConfigError(f"model.answer_vocab={self.answer_vocab}: a token head's first ids, at most vocab_size")
         if self.pooled_positions and self.pooled_positions >= self.seq_len > 0:  # a token head answers the others
@@ -166,12 +179,14 @@ class DataConfig:
     hardness: int = 0  # stream=generate: how hard the generated ones are (a maze: its path's steps); 0: the store's
     easy_share: float = 0.5  # stream=generate: the share of easier ones (a maze: t..t+2 steps, t uniform to hardness)
     long_share: float = 0.0  # stream=generate: the share of hard ones made longer (a maze: no loops, 2 x the path)
+    trace: int = 0  # stream=generate: each supervision step's labels, a search's trace at this many cells a step
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
             raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
-        if self.curriculum_samples < 0 or self.hardness < 0:
-            raise ConfigError("data.curriculum_samples and data.hardness must be >= 0 (0 = none / the store's)")
+        if min(self.curriculum_samples, self.hardness, self.trace) < 0:
+            raise ConfigError("data.curriculum_samples, data.hardness and data.trace must be >= 0 (0 = none / the "
+                              "store's / off)")
         for key, share in (("easy_share", self.easy_share), ("long_share", self.long_share)):
             if not 0.0 <= share <= 1.0:
                 raise ConfigError(f"data.{key}={share}: give a share between 0 and 1 (0.5: half of them)")
@@ -381,25 +396,6 @@ class Config:
 
 
 SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "rl": RLConfig}
-
-# Model keys under former names (configs, runs, bundles, checkpoints, stores from before the e-mail bag model left
-# the model's names): old prefix -> new, for config keys, weights (bag_head.weight -> pooled_head.weight), meta.json.
-RENAMED = {"bag_positions": "pooled_positions", "bag_head": "pooled_head", "bag_linear": "input_linear"}
-
-
-def current_name(name: str) -> str:
-    """A model key, weight or meta.json name under its current name: 'bag_linear_c' -> 'input_linear_c',
-    'bag_head.weight' -> 'pooled_head.weight'; any other name as it is."""
-    for old, new in RENAMED.items():
-        if name == old or name.startswith((old + "_", old + ".")):
-            return new + name[len(old):]
-    return name
-
-
-def current_names(values: dict[str, Any]) -> dict[str, Any]:
-    """A mapping with its keys under their current names (`current_name`)."""
-    return {current_name(k): v for k, v in values.items()}
-
 
 def _nearest_divisor(n: int, near: int) -> int:
     return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))

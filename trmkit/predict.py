@@ -137,7 +137,7 @@ def answer(session, layout: Layout, rows: list[dict[str, Any]]) -> dict[int, np.
         x = torch.from_numpy(np.stack([layout.encode(r["value"]) for r in chunk])).to(ctx.device)
         pids = torch.zeros(len(chunk), dtype=torch.int64, device=ctx.device)
         logits, _, _ = think(model, x, pids, ctx)  # (B, L, V)
-        logits = logits.float()
+        logits = model.answer_logits(logits).float()
         logits[..., 0] = float("-inf")  # the padding token is never an answer
         for r, tokens in zip(chunk, logits.argmax(-1).cpu().numpy()):
             out[r["line"]] = tokens

@@ -26,7 +26,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trmkit.config import ConfigError, current_names
+from trmkit.config import ConfigError
+from trmkit.names import current_names
 
 if TYPE_CHECKING:  # torch is imported where weights are loaded: naming a file must not load torch
     import torch

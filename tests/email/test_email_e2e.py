@@ -412,7 +412,7 @@ def test_the_classify_mailbox_example_runs_on_a_run(trained, tmp_path):
 def test_a_bundle_written_before_the_renames_predicts_as_it_did(trained, tmp_path, capsys):
     """A bundle whose config.json names the bag's model keys as bundles did before (bag_*) loads under
     the current names and predicts the same probabilities."""
-    from trmkit.config import RENAMED
+    from trmkit.names import RENAMED
 
     tmp, source = trained
     bundle = tmp_path / "bundle"

@@ -149,8 +149,9 @@ def test_the_gradient_check_catches_a_loss_divided_by_the_micro_batch(monkeypatc
     full = accumulated_gradients(8)
     real_loss = step_mod.act_loss
 
-    def mean_over_the_micro_batch(logits, labels, q_halt, halt_weight, weights=None, kind="stablemax"):
-        loss, stats = real_loss(logits, labels, q_halt, halt_weight, weights, kind)
+    def mean_over_the_micro_batch(logits, labels, q_halt, halt_weight, weights=None, kind="stablemax",
+                                  done_labels=None):
+        loss, stats = real_loss(logits, labels, q_halt, halt_weight, weights, kind, done_labels)
         return loss * 8 / logits.shape[0], stats  # the step's own "/ 8" then leaves "/ micro-batch"
 
     monkeypatch.setattr(step_mod, "act_loss", mean_over_the_micro_batch)

@@ -19,7 +19,10 @@ from trmkit.data.stream import Batch
 
 
 class Sampler(Protocol):
-    """A task's generator: one example (inputs (L,), labels (L,) token ids) at a difficulty."""
+    """A task's generator: one example (inputs (L,), labels (L,) token ids) at a difficulty. A generator
+    that can label every supervision step with its search's trace (data.trace, built with trace=r and
+    trace_steps=N_sup) returns labels (N_sup, L) then, and names its extra label tokens in a class
+    attribute `trace_tokens`: ((name, the answer id it stands for), ...)."""
 
     def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
         """progress in [0, 1]: 0 the easiest the curriculum starts at, 1 the store's difficulty."""

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trmkit.config import current_names
+from trmkit.names import current_names
 from trmkit.files import atomic_open, commit_dir, fsync_dir, temp_sibling, write_json
 
 FORMAT = "trmkit-store/1"

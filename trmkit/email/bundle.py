@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from trmkit import rundir
-from trmkit.config import ConfigError, ModelConfig, current_names
+from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import META_FILE
 from trmkit.email import halting
 from trmkit.email.bag import BAG_FILE, Bag
@@ -37,6 +37,7 @@ from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.email.encode import encode_messages
 from trmkit.files import atomic_write, commit_dir, temp_sibling
 from trmkit.model.trm import TRM
+from trmkit.names import current_names
 from trmkit.tasks.classify.metrics import stablemax_probs
 
 # The bundle's own file names (a bundle is not a run directory: see the module docstring).

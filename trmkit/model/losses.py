@@ -58,13 +58,34 @@ def _label_nll(logp: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor |
     return torch.where(valid, -picked, torch.zeros_like(picked))
 
 
+def merge_logits(logits: torch.Tensor, into: tuple[int, ...], kind: str = "stablemax") -> torch.Tensor:
+    """(..., V + H) logits whose last H ids stand for answer ids `into` (H of them) -> (..., V) logits of
+    the answer alone: each answer id's probability becomes its own plus that of the ids standing for it,
+    exactly, under the loss's distribution (stable-max: s^-1 of the summed s; softmax: logsumexp).
+    The argmax is then the answer's, and the loss on an answer label is the merged probability's."""
+    if not into:
+        return logits
+    V = logits.shape[-1] - len(into)
+    index = torch.tensor(into, device=logits.device)
+    if kind == "softmax":
+        x = logits.float()
+        top = x.amax(-1, keepdim=True)  # logsumexp's shift: no overflow
+        e = (x - top).exp()
+        return e[..., :V].index_add(-1, index, e[..., V:]).log() + top
+    s = stablemax_s(logits.to(torch.float64))
+    total = s[..., :V].index_add(-1, index, s[..., V:])  # (..., V): s of each answer id, its trace ids added
+    return torch.where(total >= 1, total - 1, 1 - 1 / total).to(torch.float32)  # s^-1
+
+
 def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
-             halt_weight: float, weights: torch.Tensor | None = None, kind: str = "stablemax"
-             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+             halt_weight: float, weights: torch.Tensor | None = None, kind: str = "stablemax",
+             done_labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Summed (not averaged) loss over the batch and per-sample statistics.
 
     labels: (B, L) with IGNORE for cells that carry no label; only the first
     logits.shape[1] positions are scored. weights: (V,) per-label loss weights or None.
+    done_labels: the labels the halting head's target reads (B, L), when they differ from this step's
+    (a trace, data.trace: halting means "the whole trace is done", not "this step's part is right").
     Returns (loss_sum, stats) where stats hold per-sample tensors (no grad):
     correct cells, valid cells, exact (all valid cells right).
     """
@@ -77,8 +98,14 @@ def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
         right = (logits.argmax(-1) == labels) & valid
         n_right = right.sum(-1)
         exact = n_right == valid.sum(-1)
-    halt = F.binary_cross_entropy_with_logits(q_halt, exact.to(q_halt.dtype), reduction="none")
+        done = exact if done_labels is None else all_right(logits, done_labels[:, :logits.shape[1]])
+    halt = F.binary_cross_entropy_with_logits(q_halt, done.to(q_halt.dtype), reduction="none")
     loss = token.sum() + halt_weight * halt.sum()
     stats = {"token_loss": token.detach(), "halt_loss": halt.detach(), "right": n_right,
              "valid": valid.sum(-1), "exact": exact, "q_halt": q_halt.detach()}
     return loss, stats
+
+
+def all_right(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: every labelled cell's argmax is its label."""
+    return ((logits.argmax(-1) == labels) | (labels == IGNORE)).all(-1)

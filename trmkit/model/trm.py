@@ -28,6 +28,8 @@ Departures / choices beyond the paper (following the reference code):
   model of their ids, fitted by the task before training (model/input_linear.py).
 - model.mixer=conv (ours, for grid tasks; layers.GridConv): no prefix and no positions;
   the halting head reads the mean of z_H over the grid instead of the first position.
+- model.trace_answers (ours, with data.trace): the token head has extra outputs, the labels of a
+  search's trace, each standing for an answer id; `answer_logits` folds them into the answer.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from torch import nn
 from trmkit.config import ModelConfig
 from trmkit.model import input_linear
 from trmkit.model.layers import Network, rotary_tables
+from trmkit.model.losses import merge_logits
 
 
 @dataclass
@@ -133,7 +136,7 @@ class TRM(nn.Module):
             if cfg.input_linear:
                 self._input_linear_buffers(cfg)
         else:
-            self.lm_head = nn.Linear(D, cfg.answer_vocab or cfg.vocab_size, bias=False)
+            self.lm_head = nn.Linear(D, (cfg.answer_vocab or cfg.vocab_size) + len(cfg.trace_ids), bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
         self.q_head = nn.Linear(D, 2, bias=True)
         with torch.no_grad():  # start by never halting early (paper: bias -5)
@@ -265,6 +268,12 @@ class TRM(nn.Module):
         if linear is not None:
             logits = logits.float() + linear
         return logits.unsqueeze(1)
+
+    def answer_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The answer's logits (B, L, V) from a step's: with model.trace_answers the trace tokens' probabilities
+        join the answer ids they stand for (losses.merge_logits); else the logits themselves. Training's loss
+        reads a step's own logits; everything that reads an answer reads these."""
+        return merge_logits(logits, self.cfg.trace_ids, self.cfg.loss)
 
     def input_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
         """(B, C) float32: the sum of the pooled ids' rows of the fitted linear model, plus its bias; in

@@ -79,7 +79,8 @@ def output_shape(m: ModelConfig) -> tuple[int, int]:
     """(positions, width) of the logits: (L, V) for a grid task, (1, C) for a classifier."""
     if m.num_classes:
         return 1, m.num_classes
-    return m.seq_len - m.pooled_positions, m.answer_vocab or m.vocab_size  # pooled positions are not answered
+    answers = (m.answer_vocab or m.vocab_size) + len(m.trace_ids)  # a trace's tokens too (data.trace)
+    return m.seq_len - m.pooled_positions, answers  # pooled positions are not answered
 
 
 def count_parameters(m: ModelConfig) -> int:
@@ -93,7 +94,7 @@ def count_parameters(m: ModelConfig) -> int:
         mix = 9 * D * (D if m.conv_dense else 1)  # 3 x 3 taps, dense or depthwise
     else:
         mix = 4 * D * D  # qkv + out
-    head = D * m.num_classes + m.num_classes if m.num_classes else D * (m.answer_vocab or m.vocab_size)
+    head = D * m.num_classes + m.num_classes if m.num_classes else D * output_shape(m)[1]
     return m.vocab_size * D + m.L_layers * (mix + mlp) + head + 2 * D + 2
 
 

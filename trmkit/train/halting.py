@@ -11,6 +11,10 @@ batch, so later steps cost only the examples still thinking.
 - STABLE_STEPS = 2: one unchanged step is weak evidence (the latent z_L keeps moving while the
   argmax may pause for a step), and every further step of patience costs one more step on every
   example. The value is chosen, not tuned: nothing has measured 1 against 2 or 3 yet.
+- A model trained on a search's trace (data.trace) answers in the trace's tokens, and the rule reads
+  those, not the answer they fold into (TRM.answer_logits): a maze's answer stays "no route" until the
+  wave from G has reached S, which would look stable from the second step, while the trace changes at
+  every step until the search is done.
 - The default cap is 4 x the trained N_sup (64 for N_sup = 16, the largest K the maze curves were
   measured at); `--steps auto:K` sets it. A larger problem (a 61 x 61 maze) may need a larger cap.
 

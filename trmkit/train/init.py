@@ -22,7 +22,8 @@ from typing import Callable
 import torch
 
 from trmkit import rundir
-from trmkit.config import ConfigError, current_names
+from trmkit.config import ConfigError
+from trmkit.names import current_names
 
 Log = Callable[[str], None]
 NETWORK = "net."  # the shared network's tensors: at least one of them must be read

@@ -386,13 +386,32 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[...
         raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "
                           "set data.stream=store")
     stream = GeneratedStream(sampler(meta, easy_share=cfg.data.easy_share, long_share=cfg.data.long_share,
-                                     hardness=cfg.data.hardness), cfg.run.seed, world.rank, world.size,
+                                     hardness=cfg.data.hardness, trace=cfg.data.trace,
+                                     trace_steps=cfg.model.halt_max_steps), cfg.run.seed, world.rank, world.size,
                              cfg.data.curriculum_samples)
     ramp = (f"a curriculum over {cfg.data.curriculum_samples:,} samples: {stream.describe(0.0)} -> "
             f"{stream.describe(1.0)}" if cfg.data.curriculum_samples else stream.describe(1.0))
     log(f"data: stream=generate -> every training sample fresh from the {meta.task} generator (seed "
         f"{cfg.run.seed}, resumable); {ramp}; the store gives the shapes and the held-out split")
     return stream
+
+
+def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log) -> Config:
+    """data.trace: the task's generator labels every supervision step with its search's trace, in tokens
+    beyond the answer's (the sampler's trace_tokens: (name, answer id) each); model.trace_answers records
+    the answer id each one stands for, so evaluation folds them into the answer (TRM.answer_logits)."""
+    if not cfg.data.trace:
+        return config_mod.replace(cfg, "model", trace_answers="")
+    tokens = getattr(sampler, "trace_tokens", ()) if cfg.data.stream == "generate" else ()
+    if not tokens:
+        what = "data.stream=generate" if cfg.data.stream != "generate" else "a generator that writes one"
+        raise ConfigError(f"data.trace={cfg.data.trace} needs {what} (mazes: configs/maze-trace.yaml); "
+                          "set data.trace=0 to train on the answer alone")
+    answers = ",".join(str(answer) for _, answer in tokens)
+    log(f"data: trace={cfg.data.trace} -> every supervision step k is labelled with the search's state after "
+        f"{cfg.data.trace} x k cells of it ({len(tokens)} trace tokens: {' '.join(repr(n) for n, _ in tokens)}); "
+        "evaluation reads the answer they stand for")
+    return config_mod.replace(cfg, "model", trace_answers=answers)
 
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
@@ -409,8 +428,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
     the global batch, each process holds its share of the slots.
-    sampler: the task's generator (data.stream=generate): (store meta, easy_share=, long_share=, hardness=) -> one
-    example at a difficulty.
+    sampler: the task's generator (data.stream=generate): (store meta, easy_share=, long_share=, hardness=, trace=,
+    trace_steps=) -> one example at a difficulty.
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
     its checkpoint after it."""
@@ -420,6 +439,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
                           "(launch them without torchrun)")
     saved = saved_meta(cfg.run.dir)
     cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
+    cfg = trace_outputs(cfg, sampler, log) if objective is None and not evaluate_only else cfg
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
     # evaluation reads the run's weights, checked against the store above, not the checkpoint's shape
     plan = plan_run(cfg, local, hw, world, meter, {} if evaluate_only else saved, log, cache_dir)

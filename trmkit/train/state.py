@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trmkit.config import current_name
+from trmkit.names import current_name
 from trmkit.model.trm import TRM, Carry
 from trmkit.train import checkpoint
 from trmkit.train.optim import EMA

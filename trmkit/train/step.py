@@ -48,7 +48,7 @@ class TrainState:
 
     carry: Carry
     inputs: torch.Tensor  # (B, L) token ids of each slot's current sample
-    labels: torch.Tensor  # (B, L) int64 labels, IGNORE where unlabelled
+    labels: torch.Tensor  # (B, L) int64 labels, IGNORE where unlabelled; (B, N_sup, L) with a trace (data.trace)
     puzzle_ids: torch.Tensor  # (B,) int64
     step: int = 0
     samples_started: int = 0  # samples taken from the stream so far
@@ -83,12 +83,14 @@ class StepContext:
 def labels_to_tensor(labels: np.ndarray, ignore_label_id: int, device, inputs: np.ndarray | None = None,
                      given_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """Labels as int64 with IGNORE for the store's ignore label and, with given_tokens, for every
-    cell whose input is one of them (train.mask_given: the answer repeats the input there)."""
+    cell whose input is one of them (train.mask_given: the answer repeats the input there).
+    labels (B, L), or (B, K, L): a trace's labels for each of K supervision steps (data.trace)."""
     t = torch.from_numpy(np.asarray(labels)).to(device=device, dtype=torch.int64)
     ignore = t == ignore_label_id
     if given_tokens is not None and inputs is not None:
         x = torch.from_numpy(np.asarray(inputs)).to(device=device)
-        ignore |= ~answer_cells(x[:, :t.shape[1]], given_tokens)
+        given = ~answer_cells(x[:, :t.shape[-1]], given_tokens)  # (B, L)
+        ignore |= given.unsqueeze(1) if t.dim() == 3 else given
     return torch.where(ignore, torch.full_like(t, IGNORE), t)
 
 
@@ -101,11 +103,13 @@ def answer_cells(inputs: torch.Tensor, given_tokens: torch.Tensor | None) -> tor
 
 
 def new_state(model: TRM, batch_size: int, seq_len: int, device) -> TrainState:
-    """All slots start halted, so the first step fills each one."""
+    """All slots start halted, so the first step fills each one. With a trace (model.trace_answers)
+    each slot holds its sample's labels for every supervision step, (N_sup, L)."""
+    steps = (model.cfg.halt_max_steps,) if model.cfg.trace_ids else ()
     return TrainState(
         carry=model.initial_carry(batch_size, device),
         inputs=torch.zeros(batch_size, seq_len, dtype=input_dtype(model.cfg.vocab_size), device=device),
-        labels=torch.full((batch_size, seq_len), IGNORE, dtype=torch.int64, device=device),
+        labels=torch.full((batch_size, *steps, seq_len), IGNORE, dtype=torch.int64, device=device),
         puzzle_ids=torch.zeros(batch_size, dtype=torch.int64, device=device),
     )
 
@@ -122,6 +126,16 @@ def refill(model: TRM, state: TrainState, stream: SampleSource, ctx: StepContext
         state.samples_started += len(slots)
     model.reset_(state.carry)
     return len(slots)
+
+
+def step_labels(labels: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(this step's labels (B, L), the halting target's labels or None) of slots whose step counts (B,)
+    include this step: the labels themselves for (B, L); for a trace (B, K, L), row steps - 1 and the
+    last row, the whole trace, which the halting head learns to recognise (losses.act_loss)."""
+    if labels.dim() == 2:
+        return labels, None
+    row = (steps.long() - 1).clamp(0, labels.shape[1] - 1)
+    return labels[torch.arange(labels.shape[0], device=labels.device), row], labels[:, -1]
 
 
 def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,8 +268,9 @@ def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, mi
     with sync:  # several processes: the gradients are averaged during the last micro-batch's backward
         with ctx.autocast():
             zh, zl, logits, q = net(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
-        loss, stats = act_loss(logits, state.labels[sl], q, model.cfg.halt_loss_weight, ctx.label_weights,
-                               model.cfg.loss)
+        labels, done = step_labels(state.labels[sl], carry.steps[sl])
+        loss, stats = act_loss(logits, labels, q, model.cfg.halt_loss_weight, ctx.label_weights, model.cfg.loss,
+                               done_labels=done)
         (loss / B).backward()
     carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])

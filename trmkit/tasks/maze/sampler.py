@@ -11,8 +11,9 @@ store's own curriculum (--train-min-path), a share of the mazes (data.easy_share
 is easier, with a path of t..t+2 steps for t uniform up to that hardness. With data.long_share a
 share of the hard ones is instead a perfect maze (no loops) whose path is at least twice the
 hardness: longer routes than loops allow in the same grid (measured: no help on larger mazes,
-docs/performance.md). Each maze gets a random symmetry of the square. The stream (data/generated.py)
-gives each sample its own seeded random generator, so a run resumes exactly.
+docs/performance.md). Each maze gets a random symmetry of the square. With data.trace=r
+every supervision step gets its own labels: the search's trace after r cells a step (trace.py).
+The stream (data/generated.py) gives each sample its own seeded random generator, so a run resumes exactly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from trmkit.config import ConfigError
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import dihedral
 from trmkit.tasks.maze.generate import WALL, default_min_path, generate_maze
+from trmkit.tasks.maze.trace import TRACE_TOKENS, trace_labels
 
 SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
 
@@ -30,9 +32,15 @@ SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
 class MazeSampler:
     """One maze at curriculum position `progress` in [0, 1]: the sampler data.stream=generate uses."""
 
-    def __init__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0, hardness: int = 0) -> None:
+    trace_tokens = TRACE_TOKENS  # the labels data.trace adds beyond the answer's (trace.py)
+
+    def __init__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0, hardness: int = 0,
+                 trace: int = 0, trace_steps: int = 0) -> None:
         build = meta.build
         self.easy_share, self.long_share = float(easy_share), float(long_share)
+        self.trace, self.trace_steps = int(trace), int(trace_steps)
+        if self.trace and self.trace_steps < 1:
+            raise ValueError("a trace labels each supervision step: give trace_steps >= 1 (the model's N_sup)")
         self.canvas = int((meta.grid_shape or (build["size"],))[0])
         self.loops = float(build.get("loops", 0.1))
         self.hardness = int(hardness or build.get("min_path") or default_min_path(self.canvas))
@@ -59,8 +67,9 @@ class MazeSampler:
         n = self.size_at(progress)
         longer = (f", {self.long_share:.0%} of the rest without loops and paths >= {2 * self.min_path_at(n)}"
                   if self.long_share else "")
+        trace = f", labelled with the search's trace at {self.trace} cells per step" if self.trace else ""
         return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, {self.easy_share:.0%} easier{longer}) in the "
-                f"{self.canvas} x {self.canvas} grid")
+                f"{self.canvas} x {self.canvas} grid{trace}")
 
     def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
         n = self.size_at(progress)
@@ -77,6 +86,9 @@ class MazeSampler:
         if n < self.canvas:
             at = tuple(int(v) for v in rng.integers(0, self.canvas - n + 1, 2))
             question, answer = self._place(question, at), self._place(answer, at)
+        if self.trace:  # (N_sup, N*N): each supervision step's labels
+            steps = trace_labels(question, self.trace, self.trace_steps)
+            return question.reshape(-1), steps.reshape(self.trace_steps, -1)
         return question.reshape(-1), answer.reshape(-1)
 
     def _place(self, grid: np.ndarray, at: tuple[int, int]) -> np.ndarray:

@@ -1,0 +1,83 @@
+"""The search's trace as training labels: a wave from G at a fixed speed, then the route traced from S.
+
+With data.trace=r (data.stream=generate), a training maze is labelled at every supervision step k
+(1..N_sup), not only with its answer. The labels are a breadth-first search from G that a 3 x 3
+convolution can carry out, r cells per supervision step:
+- an open cell within r*k steps of G holds its *direction*: the first move of a shortest route from it
+  to G (" ^", " >", " v", " <"; of equal moves the first in that order, in the grid as the model sees it);
+- an open cell the wave has not reached yet holds " " (open, nothing known);
+- once the wave has reached S (r*k >= L, the route's length), the route is traced back from S along
+  the directions, r cells per step: a route cell j steps from S turns into "o^", "o>", "ov" or "o<" when
+  r*k >= L + j. After 2L / r steps the labels are the whole trace and stay so.
+
+Every label is a function of the question alone (walls, S, G): no information beyond the task's
+own answer, but the answer's *algorithm* step by step, as neural algorithmic reasoning supervises the
+steps of breadth-first search (Velickovic et al. 2020, "Neural execution of graph algorithms"). Each
+supervision step has one local job - move the wave r cells, move the trace r cells, keep what is
+set - the same on any grid, so the learned step runs on grids larger than the training ones for as
+many steps as their routes need (`trmkit eval RUN --steps auto`). The eight trace tokens stand for
+the answer's " " and "o" (TRACE_TOKENS): evaluation reads the answer by adding each trace token's
+probability to the answer token it stands for (model.trace_answers, model/losses.py merge_logits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trmkit.tasks.maze.generate import GOAL, OPEN, PATH, START, distances
+
+MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))  # up, right, down, left: the order ties are broken in
+FIRST_TRACE = 6  # the maze vocabulary's 6 ids come first (generate.VOCAB)
+# (name, the answer token it stands for): a direction on an open cell, then the same on a route cell
+TRACE_TOKENS = tuple((f" {arrow}", OPEN) for arrow in "^>v<") + tuple((f"o{arrow}", PATH) for arrow in "^>v<")
+
+
+def directions(question: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(direction (N, N) int: the index in MOVES of each cell's first move toward G, -1 where none
+    (walls, G, cells G cannot reach); distance to G (N, N) int32, -1 where unreachable)."""
+    goal = tuple(int(v) for v in np.argwhere(question == GOAL)[0])
+    dist = distances(question, goal)
+    far = np.iinfo(np.int64).max
+    d = np.where(dist < 0, far, dist).astype(np.int64)
+    padded = np.pad(d, 1, constant_values=far)
+    n, m = question.shape
+    out = np.full(question.shape, -1, dtype=np.int64)
+    for k in reversed(range(len(MOVES))):  # the first move in MOVES wins a tie: written last
+        dr, dc = MOVES[k]
+        neighbour = padded[1 + dr:1 + dr + n, 1 + dc:1 + dc + m]
+        out = np.where((dist > 0) & (neighbour == d - 1), k, out)
+    return out, dist
+
+
+def route(question: np.ndarray, direction: np.ndarray) -> list[tuple[int, int]]:
+    """The cells from S to G (both included) that following the directions visits: a shortest route."""
+    cell = tuple(int(v) for v in np.argwhere(question == START)[0])
+    cells = [cell]
+    while question[cell] != GOAL:
+        k = int(direction[cell])
+        if k < 0:
+            raise ValueError("G cannot be reached from S")
+        cell = (cell[0] + MOVES[k][0], cell[1] + MOVES[k][1])
+        cells.append(cell)
+    return cells
+
+
+def trace_labels(question: np.ndarray, speed: int, steps: int) -> np.ndarray:
+    """(steps, N, N) uint8: the labels of supervision steps 1..steps (module docstring); given cells
+    (walls, S, G) repeat the question, as the answer does."""
+    if speed < 1 or steps < 1:
+        raise ValueError(f"a trace needs speed >= 1 and steps >= 1, got {speed} and {steps}")
+    direction, dist = directions(question)
+    cells = route(question, direction)
+    length = len(cells) - 1
+    on_route = np.zeros(question.shape, dtype=bool)
+    for cell in cells[1:-1]:
+        on_route[cell] = True
+    open_cells = question == OPEN
+    pointing = np.where(open_cells & (direction >= 0), FIRST_TRACE + direction, OPEN)  # " ^" ... or " "
+    traced = FIRST_TRACE + 4 + direction  # "o^" ...
+    k = np.arange(1, steps + 1).reshape(-1, 1, 1) * speed  # (steps, 1, 1): the wave's reach at each step
+    reached = open_cells & (dist >= 0) & (dist <= k)
+    done = on_route & (2 * length - dist <= k)
+    out = np.where(done, traced, np.where(reached, pointing, np.where(open_cells, OPEN, question)))
+    return out.astype(np.uint8)
