@@ -300,14 +300,14 @@ def test_build_rates_filters_and_holds_out_the_hardest(tmp_path: Path) -> None:
     assert not (tmp_path / "none").exists()
 
 
-def test_rating_scorer_splits_exact_accuracy_by_band(tmp_path: Path) -> None:
+def test_sudoku_scorer_splits_exact_accuracy_by_band(tmp_path: Path) -> None:
     from trmkit.data.stream import eval_batches
-    from trmkit.tasks.sudoku.score import rating_scorer
+    from trmkit.tasks.sudoku.score import sudoku_scorer
 
     src = write_lines(tmp_path / "p.txt", [EASY, INKALA])
     build_sudoku(src, tmp_path / "s", test_fraction=1.0, log=lambda m: None)
     split = open_store(tmp_path / "s")["test"]
-    scorer = rating_scorer(split)
+    scorer = sudoku_scorer(split)
     batch = next(eval_batches(split, 2))
     preds = np.asarray(batch.labels).copy()
     hard_row = int(np.flatnonzero((from_tokens(np.asarray(batch.inputs)) == parse_grid(INKALA)).all(1))[0])
@@ -315,8 +315,32 @@ def test_rating_scorer_splits_exact_accuracy_by_band(tmp_path: Path) -> None:
     scorer.add(batch, preds, np.zeros(2))
     result = scorer.result()
     assert result["exact_by_rating/0"] == 1.0 and result["puzzles_by_rating/0"] == 1
+    assert result["valid_solution_accuracy"] == 0.5 and result["other_solutions"] == 0
     hard_band = next(k for k in result if k.startswith("exact_by_rating/") and k != "exact_by_rating/0")
     assert result[hard_band] == 0.0
+
+
+def test_a_valid_solution_other_than_the_label_scores_as_valid_not_exact(tmp_path: Path) -> None:
+    from trmkit.data.stream import eval_batches
+    from trmkit.tasks.sudoku.score import sudoku_scorer
+
+    several = EASY_SOLUTION[:9] + "." * 72  # the first row given: many solutions
+    build_sudoku(write_lines(tmp_path / "p.txt", [several, EASY]), tmp_path / "s", test_fraction=1.0,
+                 require_unique=False, log=lambda m: None)
+    split = open_store(tmp_path / "s")["test"]
+    batch = next(eval_batches(split, 2))
+    labels = np.asarray(batch.labels)
+    preds = labels.copy()
+    row = int(np.flatnonzero((from_tokens(np.asarray(batch.inputs)) == 0).sum(1) == 72)[0])
+    grid = preds[row].reshape(9, 9)
+    preds[row] = grid[[0, 2, 1, 3, 4, 5, 6, 7, 8]].reshape(-1)  # rows 2 and 3 swapped: still valid, row 1 kept
+    easy = 1 - row
+    preds[easy, 0] = 2 + (preds[easy, 0] - 1) % 9  # digit tokens are 2..10: the next digit breaks its row
+    scorer = sudoku_scorer(split)
+    scorer.add(batch, preds, np.zeros(2))
+    result = scorer.result()
+    assert not (preds == labels).all(1).any()  # neither is the label
+    assert result["valid_solution_accuracy"] == 0.5 and result["other_solutions"] == 1
 
 
 def test_build_mixes_several_sources_and_keeps_a_puzzle_read_twice_once(tmp_path: Path) -> None:

@@ -1,11 +1,15 @@
-"""Sudoku's metrics beyond the generic ones: exact accuracy per rating band.
+"""Sudoku's metrics beyond the generic ones: valid solutions, and exact accuracy per rating band.
 
-A store built by `trmkit data sudoku` keeps each puzzle's rating (the solver's guesses,
-data/curriculum.DIFFICULTY_FILE); the scorer splits exact accuracy by the bands of
-build.RATING_BANDS ("0" = singles suffice ... "100+"), so an evaluation shows where the hard
-tail stands: `exact_by_rating/10-99` and `puzzles_by_rating/10-99` in the metrics (per-band keys
-are in the run summary and the JSON, not the one-line log). A store without ratings (built
-before them) gets no scorer: the generic metrics only.
+- ``valid_solution_accuracy``: the answer is a full grid that keeps every given and breaks no row,
+  column or box rule (variants.keeps_rules: it reads the puzzle, not the label). On a store of
+  puzzles with one solution it equals exact accuracy; on one built with ``--allow-multiple``
+  (labelled with the first solution the solver found) it is the score, and ``other_solutions``
+  counts the valid answers that differ from the label.
+- On a rated store (`trmkit data sudoku` keeps each puzzle's rating, the solver's guesses,
+  data/curriculum.DIFFICULTY_FILE), exact accuracy by the bands of build.RATING_BANDS ("0" =
+  singles suffice ... "100+"): `exact_by_rating/10-99` and `puzzles_by_rating/10-99` (per-band
+  keys are in the run summary and the JSON, not the one-line log). A store built before ratings
+  gets no bands.
 """
 
 from __future__ import annotations
@@ -16,20 +20,31 @@ from trmkit.data.curriculum import read_difficulty
 from trmkit.data.store import Split
 from trmkit.data.stream import Batch
 from trmkit.tasks.sudoku.build import RATING_BANDS, rating_band
+from trmkit.tasks.sudoku.variants import keeps_rules
 
 
-class RatingScorer:
-    """Exact accuracy of every evaluated puzzle, tallied by its rating band."""
+class SudokuScorer:
+    """Valid solutions of every evaluated puzzle, and its exact accuracy tallied by rating band."""
 
-    def __init__(self, split: Split, ratings: np.ndarray) -> None:
+    def __init__(self, split: Split, ratings: np.ndarray | None) -> None:
         self.split, self.ratings = split, ratings
         self.right = {name: 0 for name, _, _ in RATING_BANDS}
         self.seen = dict.fromkeys(self.right, 0)
+        self.valid = self.other = self.n = 0
 
     def add(self, batch: Batch, preds: np.ndarray, q_halt: np.ndarray) -> None:
         labels = np.asarray(batch.labels)
+        answers = np.asarray(preds)[:, :labels.shape[1]]
         scored = labels != self.split.meta.ignore_label_id
-        exact = ((np.asarray(preds)[:, :labels.shape[1]] == labels) | ~scored).all(1)
+        exact = ((answers == labels) | ~scored).all(1)
+        valid = keeps_rules(np.asarray(batch.inputs), answers)
+        self.n += len(labels)
+        self.valid += int(valid.sum())
+        self.other += int((valid & ~exact).sum())
+        if self.ratings is not None:
+            self._add_bands(batch, exact)
+
+    def _add_bands(self, batch: Batch, exact: np.ndarray) -> None:
         puzzles = np.searchsorted(self.split.puzzle_indices, batch.rows, side="right") - 1
         groups = np.searchsorted(self.split.group_indices, puzzles, side="right") - 1
         for g, ok in zip(groups, exact):
@@ -38,7 +53,8 @@ class RatingScorer:
             self.right[band] += bool(ok)
 
     def result(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+        out: dict[str, float] = {"valid_solution_accuracy": self.valid / max(1, self.n),
+                                 "other_solutions": self.other}
         for band, n in self.seen.items():
             if n:
                 out[f"exact_by_rating/{band}"] = self.right[band] / n
@@ -46,7 +62,7 @@ class RatingScorer:
         return out
 
 
-def rating_scorer(split: Split) -> RatingScorer | None:
-    """The scorer for a rated store (None for a store built before ratings were kept)."""
+def sudoku_scorer(split: Split) -> SudokuScorer:
+    """The scorer of any Sudoku store (rating bands only where the store keeps ratings)."""
     rated = read_difficulty(split)
-    return RatingScorer(split, rated[0]) if rated is not None else None
+    return SudokuScorer(split, rated[0] if rated is not None else None)

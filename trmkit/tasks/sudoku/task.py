@@ -1,7 +1,8 @@
 """Sudoku as a task: its `trmkit data sudoku` arguments, the learning-curve set, and TASK.
 
-Beyond the generic metrics (cell, blank-cell and exact accuracy), a rated store's evaluation splits
-exact accuracy by rating band (score.py).
+Beyond the generic metrics (cell, blank-cell and exact accuracy), an evaluation counts valid
+solutions (any full grid that keeps the givens and breaks no rule: the score of a store built with
+--allow-multiple), and a rated store's splits exact accuracy by rating band (score.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from trmkit.config import ConfigError
 from trmkit.tasks.sudoku.build import BuildReport, build_sudoku
 from trmkit.tasks.sudoku.generate import parse_givens
-from trmkit.tasks.sudoku.score import rating_scorer
+from trmkit.tasks.sudoku.score import sudoku_scorer
 from trmkit.tasks.sudoku.variants import sudoku_variants
 from trmkit.tasks.base import Log, Task
 
@@ -92,7 +93,7 @@ def run_build(args: argparse.Namespace, log: Log = print) -> BuildReport:
 
 TASK = Task(
     name="sudoku", shape="grid", summary="9 x 9 Sudoku (generated, plain-text collections, Sudoku-Extreme CSV)",
-    add_arguments=add_arguments, build=run_build, scorer=rating_scorer, variants=sudoku_variants,
+    add_arguments=add_arguments, build=run_build, scorer=sudoku_scorer, variants=sudoku_variants,
     presets={"paper": "configs/sudoku-paper.yaml", "laptop": "configs/sudoku-laptop.yaml"},
     learn_set=LearnSet(),
 )
