@@ -20,7 +20,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 TMP_PREFIX = ".tmp-"  # hidden temporary siblings; a crash can leave one behind, never a half target
 
@@ -94,6 +94,26 @@ def check_output(out: str | os.PathLike[str], reads: Iterable[str | os.PathLike[
             raise UnsafeTargetError(f"{flag} {out} holds {read}, which this command reads: writing there could "
                                     "delete it; give a new path outside it")
     return path
+
+
+def check_overwrite(out: str | os.PathLike[str], force: bool = False, own: Callable[[Path], bool] | None = None,
+                    flag: str = "--out", what: str = "output") -> Path:
+    """`out`, unless it is an existing file this command did not write as its own kind of output: then
+    UnsafeTargetError, naming the file and the fix (`--force`, or a new path).
+
+    The one output policy of every command that writes: a new path is fine; an existing path is replaced
+    only with `force`, or where `own(path)` recognises it as this command's own `what` (a predictions file
+    written by the same command, say). An empty file counts as nothing to lose. A folder or special file is
+    refused by `check_target` whatever `force` says."""
+    path = check_target(out)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return path
+    if force or size == 0 or (own is not None and own(path)):
+        return path
+    raise UnsafeTargetError(f"{flag} {out} exists and is not {what} written by this command: it would be replaced; "
+                            f"give a new path, or add --force to replace it")
 
 
 def _same_file(a: Path, b: Path) -> bool:
