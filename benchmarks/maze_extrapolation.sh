@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mazes far larger than trained on (issue 48): arms of the maze preset trained side by side by
+# Mazes far larger than trained on: arms of the maze preset trained side by side by
 # `trmkit bench --learn MINUTES` (15 x 15 at most, the fixed held-out 500 of data/learn-maze), THREADS
 # threads each, then each arm evaluated one-shot - no vote, no verifier - on its 15 x 15 held-out set and
 # on generated 30 x 30, 45 x 45 and 61 x 61 sets (hardness scaled as `trmkit data maze` does by default:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mazes far larger than trained on, one-shot (issue 48's maze targets): train configs/maze-trace.yaml
+# Mazes far larger than trained on, one-shot: train configs/maze-trace.yaml
 # (11 x 11 mazes labelled with the search's trace) for MINUTES on THREADS threads, then read the kept
 # weights with the halting rule alone - `trmkit eval RUN --data D --steps auto:CAP`, no vote, no verifier -
 # on generated held-out sets of 11, 15, 21, 30, 45 and 61 cells a side (hardness scaled as `trmkit data

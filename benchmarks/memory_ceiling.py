@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--caches", default="fresh,reused")
-    p.add_argument("--steps", type=int, default=2, help="training steps per run (the issue's bar uses 4)")
+    p.add_argument("--steps", type=int, default=2, help="training steps per run (the paper-1.5GB check uses 4)")
     p.add_argument("--keep", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

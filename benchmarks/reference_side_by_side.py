@@ -1,4 +1,4 @@
-"""trmkit next to the TRM reference code, same machine, same sitting, interleaved pairs (docs/performance.md).
+"""trmkit next to the TRM reference code, same machine, same time, interleaved pairs (docs/results.md).
 
     git clone https://github.com/SamsungSAILMontreal/TinyRecursiveModels /tmp/trm-ref   # outside this repository
     pip install einops pydantic                                                          # what its models import

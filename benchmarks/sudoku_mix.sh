@@ -7,7 +7,7 @@
 # settings as given here) and benchmarks/sudoku_sources.sh reads the run.
 # Usage: bash benchmarks/sudoku_mix.sh [OUT_DIR]            (default runs/sudoku-mix-<stamp>)
 #        CFG=configs/sudoku-deep.yaml MINUTES=90 ARMS=curriculum THREADS=2 EVALS=2 STEPS=13250 SNAP_VOTE=0 \
-#        VOTE=1 SELECT=0 EVAL_STEPS=16 bash benchmarks/sudoku_mix.sh runs/deep-mix   (docs/performance.md)
+#        VOTE=1 SELECT=0 EVAL_STEPS=16 bash benchmarks/sudoku_mix.sh runs/deep-mix   (docs/results.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRMKIT=${TRMKIT:-.venv/bin/trmkit}

@@ -1,5 +1,5 @@
 """The classifier's inference dtype: no bf16 measurement on a CPU without native bf16; elsewhere
-one measurement per machine and model, cached (issue 24: the check cost ~55 s per predict)."""
+one measurement per machine and model, cached (the check cost ~55 s per predict)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """Weak labels (`trmkit email weak-label`, `--label-from none`): the taxonomy's rules alone, on the
-real SpamAssassin corpus, find >= 80% of its spam as Spam (issue 27's target) while marking few
+real SpamAssassin corpus, find >= 80% of its spam as Spam (the target) while marking few
 wanted messages as Spam; the command shows counts, a sample with what decided each, and scores."""
 
 from __future__ import annotations

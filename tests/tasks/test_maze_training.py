@@ -1,4 +1,4 @@
-"""The grid TRM on mazes (issue 25): generated training data that resumes exactly after kill -9,
+"""The grid TRM on mazes: generated training data that resumes exactly after kill -9,
 loss masking that changes which cells are scored, test-time supervision steps, and evaluation of
 a positionless conv model on a larger grid, planned at that grid's size inside the memory budget
 (refused, with its reason, for attention)."""
@@ -208,7 +208,8 @@ def test_a_larger_grid_is_planned_at_its_own_size_and_evaluated_inside_the_memor
     maze.build("generate", tmp_path / "m30", size=30, num=2, min_path=20, test_fraction=1.0, seed=1, log=lambda m: None)
     per_slot = {}
     for name, data in (("m7", root / "m7"), ("m30", tmp_path / "m30")):
-        out = cli("eval", str(run), "run.threads=1", "--data", str(data), "--memory-budget", "1GB", "--steps", "8")
+        out = cli("eval", str(run), "run.threads=1", "--data", str(data), "--memory-budget", "1GB", "--steps", "8",
+                  "--verbose")  # the plan's lines, which eval prints only with --verbose
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result["memory_budget_gb"] == round(1e9 / 2**30, 3)

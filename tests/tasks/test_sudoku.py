@@ -260,7 +260,7 @@ def test_build_from_file_reports_skips(tmp_path: Path, data_dir: Path) -> None:
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
 
 
-# ---------------------------------------------------------------- ratings (issue 28)
+# ---------------------------------------------------------------- ratings
 
 # Arto Inkala's 2012 puzzle, published as the "world's hardest": unique, and no singles-only solve.
 INKALA = "8..........36......7..9.2...5...7.......457.....1...3...1....68..85...1..9....4.."

@@ -9,21 +9,21 @@ tokens, sorted by id, pads after. The model pools them (model.pooled_positions: 
 embedding is added to every token position's input) and the recursion reads both.
 
 Two ways to map an n-gram to an id (`buckets` ids in all; vocab_offset: the tokenizer's size):
-- words (the default since the word-bag measurement in docs/email.md): the training split's n-grams
+- words (the default; measured in docs/results.md): the training split's n-grams
   that occur in at least MIN_DF messages, the `buckets` most frequent by document frequency (ties
   by the n-gram's text), numbered in that order; any other n-gram is left out of the bag.
       id = vocab_offset + rank(n-gram)
 - hashed (stores built before; `--bag-hashed`): every n-gram, hashed. Collisions cost: logistic
-  regression on SpamAssassin's bags fell from 0.93 to 0.91 macro-F1 (measured, docs/email.md).
+  regression on SpamAssassin's bags fell from 0.93 to 0.91 macro-F1 (measured, docs/results.md).
       id = vocab_offset + (blake2b-64(n-gram) mod buckets)
 
-Words (`WORD_RULES`): since the cross-validated-choice measurement in docs/email.md a word is a run of 2 or more
+Words (`WORD_RULES`): a word is a run of 2 or more
 letters or digits ("split": scikit-learn's default token pattern without the underscore), so
 "ankara'da" gives "ankara" and "da", and one-letter words are left out. Stores and bundles built
 before hold "joined" words ("don't" and "v1.2" whole, one letter kept) and keep reading them so:
 the rule is saved in bag.json (format /3; /1 and /2 mean "joined"). On the Turkish e-mail CSV the
 split words gave class-balanced logistic regression 0.9755 macro-F1 where joined ones gave 0.9586
-(idf features, C chosen by cross-validation; docs/email.md).
+(idf features, C chosen by cross-validation; docs/results.md).
 
 The table (idf, the words and their rule) travels with the store (train/bag.json) and with an
 exported bundle, so predict computes the same bag. Only the standard library and numpy are used.

@@ -11,7 +11,7 @@ module proposes which unlabelled message to label next and keeps the answers:
              = the cosine of its bag to the mean bag of the unlabelled messages. The highest score is
              proposed first: density-weighted uncertainty sampling, as McCallum and Nigam (1998) paired
              with EM. The model is fitted again after every REFIT_EVERY answers.
-             Departure measured (docs/email.md, "Label where it helps"): the plain margin of the
+             Departure measured (docs/results.md, "E-mail"): the plain margin of the
              log-posteriors proposed short messages and mostly spam, and scored below random answers.
     answers  STORE/answers.jsonl (or --answers-jsonl PATH): one JSON line per message, {"key", "row",
              "label", "by", "time"}; label null is a skip (not proposed again, not used to train). The

@@ -13,7 +13,7 @@ Departures from / choices beyond the paper (all follow the public reference code
   convolutional "deep thinking" networks (Schwarzschild et al. 2021; Bansal et al.
   2022), which extrapolate to larger mazes when run for more iterations.
 
-Speed (docs/performance.md), same mathematics:
+Speed (docs/results.md), same mathematics:
 - Under autocast a sub-block casts its input to the low precision once
   (`lowp`), contiguous, and both SwiGLU matmuls read that copy; autocast would
   cast it once per matmul, and a transposed input would be copied again inside
@@ -46,7 +46,7 @@ def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
 class _RMSNorm(torch.autograd.Function):
     """y = x / sqrt(mean(x^2) + eps) with a hand-written backward, dx = r (dy - y mean(dy y)):
     two passes over x forward and three backward, where autograd's graph of the same formula
-    takes three and six (docs/performance.md). Saves y and r, as many bytes as autograd's x and r."""
+    takes three and six (docs/results.md). Saves y and r, as many bytes as autograd's x and r."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -107,7 +107,7 @@ class SwiGLU(nn.Module):
     gate and up are two matmuls rather than one of twice the width split in
     two: the halves of a split are strided views, and SiLU, the product and
     their gradients run 3-4% slower per training step on them (bf16, paper
-    shapes; docs/performance.md).
+    shapes; docs/results.md).
     """
 
     def __init__(self, d: int, width: int):

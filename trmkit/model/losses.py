@@ -9,7 +9,7 @@ batch size so that micro-batching gives the same gradient.
 model.loss=softmax (ours) uses the plain softmax cross-entropy instead, for a token head over thousands of
 ids (e-mail pretraining, 8,185 of them): stable-max's tail 1/(1 - x) decays so slowly that every other id keeps
 a share, and a masked-token model trained with it stalled at the ids' unigram loss (7.0 nats after 1,100
-steps, 3.9% of masked tokens right; docs/email.md). The argmax, so every accuracy, is the same for both.
+steps, 3.9% of masked tokens right; docs/results.md). The argmax, so every accuracy, is the same for both.
 
 A head with fewer positions than the labels (a classifier: logits (B, 1, C)) is
 scored on the first positions; a classify store labels position 0 only.

@@ -39,7 +39,7 @@ COMPILE_PAYBACK = 2.0  # compile only if the expected saving is twice its (measu
 MIN_TRIM_THRESHOLD = 32 * MiB  # below this glibc would return (and fault back) every activation buffer
 TIGHT_BUDGET = 1.25  # a budget under this multiple of the estimated peak leaves no room for kept memory
 FLOAT32_FUSED_OFF = ("float32: left to run.fused_inference=on until a same-process A/B shows a gain here "
-                     "(benchmarks/fused_ab.py; docs/performance.md)")
+                     "(benchmarks/fused_ab.py; docs/results.md)")
 RETURNS_FREED = "go back to the OS"  # marks the tight-budget choice: apply_to_process returns freed memory
 
 
@@ -245,7 +245,7 @@ def choose_keep_freed_memory(setting: str, libc: str, device: str, room: int = K
                              "heap can take the process past it (costs page faults: slower steps)"), 0
     return Choice(True, "glibc otherwise unmaps freed activation buffers and faults them back in every step "
                         "(23,000-88,000 page faults per step of the paper config measured); kept for reuse, "
-                        "the guard still returns memory when it shrinks (docs/performance.md)" + kept), trim
+                        "the guard still returns memory when it shrinks (docs/results.md)" + kept), trim
 
 
 def choose_fused_inference(setting: str, device: str, dtype: str, compiled: bool) -> Choice:
@@ -266,7 +266,7 @@ def choose_fused_inference(setting: str, device: str, dtype: str, compiled: bool
     how = "set in the config (run.fused_inference)" if setting == "on" else (
         "no-gradient calls (the first T-1 cycles, evaluation) put SiLU, the SwiGLU product and the residual "
         "add into oneDNN's matmul epilogues instead of three passes over the widest activations; "
-        f"their residual stream is {'bf16' if dtype == 'bfloat16' else 'float32'} (docs/performance.md)")
+        f"their residual stream is {'bf16' if dtype == 'bfloat16' else 'float32'} (docs/results.md)")
     return Choice(True, how)
 
 

@@ -45,7 +45,7 @@ DEFAULT_RUNTIME_OVERHEAD = 96 * MiB
 DEFAULT_BACKWARD_CALLS = 1.0
 DEFAULT_BASELINE = 240 * MiB  # RSS of python + torch + trmkit before the model (when not probed)
 DEFAULT_MARGIN = 0.10  # paper config, empty cache: steps 4-7% over the estimate with freed memory returned
-# (11% with it kept, which TIGHT_BUDGET allows only with 25% of room; docs/memory.md)
+# (11% with it kept, which TIGHT_BUDGET allows only with 25% of room; docs/results.md)
 MEASURED_MARGIN = 0.03  # once a run of this config measured (and taught) it
 # Evaluation without gradients frees each intermediate as soon as the next op has read it. With freed
 # memory kept in the process (keep_freed_memory), glibc's heap reuses few of those holes for the next,

@@ -15,7 +15,7 @@ prompt (leave-one-out), then divided by the standard deviation of the round's ad
 (task type, role). A prompt whose samples all score the same contributes no gradient, and the
 mean advantage is 0 for every prompt: no systematic "raise whatever was sampled" term.
 
-Departures from TR-RPG as published, and why (measured in docs/rl.md):
+Departures from TR-RPG as published, and why (measured in docs/results.md):
 - No length reward. The TRM thinks in its latent recursion (T, n, supervision steps), not in the
   tokens it writes all at once; a reward for emitted think tokens paid for noise (a wrong answer
   with 30 think digits earned 0.687, a right one with a true trace 0.662). Think slots are trained

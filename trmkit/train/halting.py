@@ -4,7 +4,7 @@ Each example takes supervision steps until its predicted answer (the argmax over
 position the task answers) has stayed the same for `STABLE_STEPS` consecutive steps, or until the cap.
 With train.mask_given the cells whose input is a given token (a maze's walls, S and G) are not read:
 they carry no loss, so the model's argmax there is free to flicker, and a 30 x 30 maze then never
-stopped before the cap (measured: 128 of 128 steps on every maze; docs/performance.md). An example
+stopped before the cap (measured: 128 of 128 steps on every maze; docs/results.md). An example
 that stopped is frozen: its logits and halting logit are those of its last step, and it leaves the
 batch, so later steps cost only the examples still thinking.
 
@@ -20,7 +20,7 @@ batch, so later steps cost only the examples still thinking.
 
 Departure from the paper: TRM halts with its Q head in training and runs all N_sup steps at test
 time; this rule reads only the model's own answers (no labels, no checker), so a problem larger than
-the training grids may think longer than N_sup. Measured (docs/performance.md): the demo's Sudoku
+the training grids may think longer than N_sup. Measured (docs/results.md): the demo's Sudoku
 model reaches K = 16's accuracy at 5.1 steps on average; a 1-thread maze model 0.750 valid paths on
 15 x 15 at 10 steps against 0.664 / 0.684 at K = 8 / 32; no gain on 30 x 30, where its paths keep changing.
 """

@@ -21,7 +21,7 @@ ballot has the larger halting logit), under `plurality/...`. A task's rule-check
   (NOISE_SEED, r, t): the same for any batch size, with or without the other examples.
 - N <= MAX_SELECT (16): each trajectory costs a full one-shot evaluation.
 - NOISE_STD, NOISE_SEED and the rule are fixed choices, made before any measurement: nothing was
-  tuned, on the evaluation sets or elsewhere. Measured in docs/performance.md (the hardest 1,000
+  tuned, on the evaluation sets or elsewhere. Measured in docs/results.md (the hardest 1,000
   17-clue Sudoku, K = 16: one-shot 0.821, 16 noised trajectories 0.936, 16 variants 0.987).
 
 Departure from PTRM (Sghaier et al. 2026), which injects noise at every deep recursion step: here

@@ -16,7 +16,7 @@ the largest share of path cells a threshold finds while at least 80% of what it 
 Valid shortest paths are also tallied by the length of the maze's shortest path, in bands that
 double (`valid_by_length/40-79` and `mazes_by_length/40-79` in the JSON and the summary, not the
 one-line log): on a larger grid than the training one, accuracy falls with the route's length,
-not with the grid's size (docs/performance.md), so the bands say how far the learned search reaches.
+not with the grid's size (docs/results.md), so the bands say how far the learned search reaches.
 """
 
 from __future__ import annotations
