@@ -36,7 +36,7 @@ def run_pair(config: str, data: Path, minutes: float, out: Path) -> dict[str, di
     for i, (name, overrides) in enumerate(VARIANTS.items()):
         run_dir = out / f"{data.name}-{i}"
         # dtype and compile pinned: measured beside each other, the planner's choices would differ by noise
-        cmd = trmkit("train", config, f"run.dir={run_dir}", f"data.path={data}", "run.threads=1",
+        cmd = trmkit("train", config, "--force", f"run.dir={run_dir}", f"data.path={data}", "run.threads=1",
                      "run.dtype=float32", "run.compile=on",
                      f"train.max_minutes={minutes}", "train.early_stop_evals=0", *overrides)
         log = open(out / f"{data.name}-{i}.log", "w")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 DATA = Path("../shared/data/email")
-CORPORA = {  # the corpora of docs/email.md's "Measured", and SpamAssassin split by sender
+CORPORA = {  # the corpora of docs/results.md's "E-mail", and SpamAssassin split by sender
     "sa3": ["--source", str(DATA / "spamassassin"), "--label-map", "configs/email-sa3.yaml"],
     "tr": ["--source", str(DATA / "turkish" / "trspam_v01.csv")],
     "lists": ["--source", str(DATA / "spamassassin"), "--label-from", "header:List-Id",
@@ -66,8 +66,8 @@ def measure(store: Path, out: Path, minutes: float | None) -> dict[str, float | 
     if minutes is not None:
         run_dir = out / f"{store.name}-run"
         if not (run_dir / "classification.json").is_file():
-            subprocess.run(trmkit("train", "configs/email-fast.yaml", f"data.path={store}", f"run.dir={run_dir}",
-                                  f"train.max_minutes={minutes}", "train.early_stop_evals=0",
+            subprocess.run(trmkit("train", "configs/email-fast.yaml", "--force", f"data.path={store}",
+                                  f"run.dir={run_dir}", f"train.max_minutes={minutes}", "train.early_stop_evals=0",
                                   "train.restore_best=false", "run.threads=1"),
                            check=True, capture_output=True)
         cmd += ["--run", str(run_dir)]

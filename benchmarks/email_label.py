@@ -62,7 +62,7 @@ def nb_em_f1(store: Path) -> float:
 def trm_f1(store: Path, minutes: float) -> float:
     run = store.with_name(store.name + "-run")
     if not (run / "classification.json").is_file():
-        trmkit("train", "configs/email-fast.yaml", f"data.path={store}", f"run.dir={run}",
+        trmkit("train", "configs/email-fast.yaml", "--force", f"data.path={store}", f"run.dir={run}",
                f"train.max_minutes={minutes}", "train.early_stop_evals=0", "train.restore_best=false",
                "run.threads=1")
     result = json.loads((run / "classification.json").read_text())

@@ -53,7 +53,7 @@ def arm(store: Path, pre: Path, name: str, out: Path, minutes: float) -> dict:
     run = out / f"{store.name}-{name}"
     if not (run / "classification.json").is_file():
         extra = [x.format(pre=pre) for x in ARMS[name]]
-        subprocess.run(trmkit("train", "configs/email-fast.yaml", f"data.path={store}", f"run.dir={run}",
+        subprocess.run(trmkit("train", "configs/email-fast.yaml", "--force", f"data.path={store}", f"run.dir={run}",
                               f"train.max_minutes={minutes}", *COMMON, *extra), check=True, capture_output=True)
     result_file = out / f"{run.name}.json"
     subprocess.run(trmkit("email", "baseline", str(store), "--run", str(run), "--out", str(result_file)),

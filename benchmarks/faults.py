@@ -155,7 +155,7 @@ def trial_train(root: Path, cfg: str, kind: str, duration: float, reference: Pat
     t = Trial(kind, rng.uniform(0.2, duration), False)
     t.killed = kill_after(train_cmd(root, cfg, run), root, t.delay)
     t.problems += check_checkpoints(run) + check_outputs(run)
-    code, out = run_to_end(train_cmd(root, cfg, run) if not list_checkpoints(run)
+    code, out = run_to_end(train_cmd(root, cfg, run, "--force") if not list_checkpoints(run)  # killed before a save
                            else trmkit("train", "--resume", str(run)), root)
     t.resumed = code == 0
     if not t.resumed:
@@ -197,7 +197,7 @@ def trial_email(root: Path, duration: float, reference: dict, rng: random.Random
             open_store(out)
         except Exception as err:  # noqa: BLE001 - a store that does not open is the finding
             t.problems.append(f"a half store was left at {out}: {err}")
-    code, text = run_to_end(email_cmd(root, out), root)
+    code, text = run_to_end(email_cmd(root, out) + ["--force"], root)  # the kill may have come after the build
     t.resumed = code == 0
     if not t.resumed:
         t.problems.append(f"rebuild failed: {text[-300:]}")
@@ -215,7 +215,7 @@ def trial_selfplay(root: Path, duration: float, rng: random.Random) -> Trial:
     t = Trial("selfplay", rng.uniform(0.2, duration), False)
     t.killed = kill_after(selfplay_cmd(root, run), root, t.delay)
     t.problems += check_checkpoints(run) + check_outputs(run)
-    code, out = run_to_end(selfplay_cmd(root, run) if not list_checkpoints(run)
+    code, out = run_to_end(selfplay_cmd(root, run) + ["--force"] if not list_checkpoints(run)
                            else trmkit("rl", "train", "--resume", str(run)), root)
     t.resumed = code == 0
     if not t.resumed:

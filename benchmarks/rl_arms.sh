@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# More self-play arms from the seeds `benchmarks/rl_learning.sh` left (docs/rl.md, "Proof that it learns").
+# More self-play arms from the seeds `benchmarks/rl_learning.sh` left (measured: docs/results.md, "Self-play RL").
 # Each arm is NAME:SEED:OVERRIDES[:COMMAND] (overrides joined by commas; COMMAND `train`, the default, or
 # `seed` for continued SFT), run as `trmkit rl COMMAND` from SEEDS_FROM/seed<SEED>/seed for RL_MINUTES (30)
 # under EXTRA (the scarce-label protocol by default), two arms side by side with one thread each; each
@@ -26,7 +26,8 @@ arm() {  # NAME SEED OVERRIDES COMMAND: train, then score the last (and the best
   local name=$1 s=$2 D="$OUT/seed$2/$1" last
   mkdir -p "$OUT/seed$s"
   IFS=, read -r -a over <<< "$3"
-  [ -f "$D/weights.safetensors" ] || $TRMKIT rl "${4:-train}" $CFG --init "$FROM/seed$s/seed" run.seed="$s" \
+  local again=(); [ -d "$D/checkpoints" ] && again=(--resume "$D")  # a rerun continues a killed arm
+  [ -f "$D/weights.safetensors" ] || $TRMKIT rl "${4:-train}" $CFG "${again[@]}" --init "$FROM/seed$s/seed" run.seed="$s" \
     run.threads=1 train.max_minutes="${RL_MINUTES:-30}" "${EXTRA[@]}" "${over[@]}" run.dir="$D" > "$D.log" 2>&1
   last=$(find "$D/checkpoints" -maxdepth 1 -name 'step-*' | sort | tail -1 | sed 's/.*step-0*//')
   $TRMKIT rl eval "$D" --step "$last" --json > "$D/final.json" 2> /dev/null

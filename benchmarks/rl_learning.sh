@@ -23,6 +23,9 @@ read -r -a EXTRA <<< "${EXTRA:-}"
 THREADS=$([ "${PARALLEL:-0}" = 1 ] && echo 1 || echo 0)
 mkdir -p "$OUT"
 
+again() {  # --resume RUN when RUN holds checkpoints: a rerun continues a killed run (never done unasked)
+  if [ -d "$1/checkpoints" ]; then echo "--resume $1"; fi
+}
 two_at_a_time() {  # run the given commands (one per argument, as strings), two at once with PARALLEL=1
   local pids=()
   for cmd in "$@"; do
@@ -40,15 +43,15 @@ seeds=()
 for s in $SEEDS; do
   D="$OUT/seed$s"
   mkdir -p "$D"
-  [ -f "$D/seed/weights.safetensors" ] || seeds+=("$TRMKIT rl seed $CFG run.seed=$s run.dir=$D/seed run.threads=$THREADS \
+  [ -f "$D/seed/weights.safetensors" ] || seeds+=("$TRMKIT rl seed $CFG $(again "$D/seed") run.seed=$s run.dir=$D/seed run.threads=$THREADS \
 train.max_minutes=${SEED_MINUTES:-15} ${EXTRA[*]} > $D/seed.log 2>&1")
 done
 two_at_a_time "${seeds[@]}"
 for s in $SEEDS; do
   D="$OUT/seed$s"
   common="--init $D/seed run.seed=$s run.threads=$THREADS train.max_minutes=${RL_MINUTES:-30} ${EXTRA[*]}"
-  two_at_a_time "$TRMKIT rl train $CFG $common run.dir=$D/selfplay > $D/selfplay.log 2>&1" \
-                "$TRMKIT rl seed $CFG $common run.dir=$D/sft-control > $D/sft-control.log 2>&1"
+  two_at_a_time "$TRMKIT rl train $CFG $(again "$D/selfplay") $common run.dir=$D/selfplay > $D/selfplay.log 2>&1" \
+                "$TRMKIT rl seed $CFG $(again "$D/sft-control") $common run.dir=$D/sft-control > $D/sft-control.log 2>&1"
   two_at_a_time "$TRMKIT rl eval $D/seed --json > $D/seed/heldout.json" \
                 "$TRMKIT rl eval $D/selfplay --json > $D/selfplay/heldout.json" \
                 "$TRMKIT rl eval $D/sft-control --json > $D/sft-control/heldout.json"

@@ -13,7 +13,7 @@
 # with test-time compute; ~3 min each on 2 threads).
 # Usage: bash benchmarks/sudoku_hard.sh [OUT_DIR]        (default runs/sudoku-hard-<stamp>)
 #        MINUTES=120 CFG=configs/sudoku-laptop.yaml ARMS="store curriculum" bash benchmarks/sudoku_hard.sh
-#        MINUTES=120 ARMS=curriculum THREADS=2 EVALS=8 bash benchmarks/sudoku_hard.sh   (the 2 cores)
+#        MINUTES=120 ARMS=curriculum THREADS=2 EVALS=8 bash benchmarks/sudoku_hard.sh   (one arm on 2 cores)
 # STEPS=N sets train.max_steps (the lr cosine's length) when the planner's step time is known to be off.
 # EXTRA="key=value ..." adds config overrides to every arm (a lever: EXTRA="model.H_cycles=3 model.L_cycles=6").
 set -euo pipefail
@@ -50,6 +50,7 @@ pids=()
 for arm in $ARMS; do
   extra=()
   [ "$arm" = curriculum ] && extra=(data.stream=curriculum data.curriculum_samples="$HALF")
+  [ -d "$OUT/$arm/checkpoints" ] && extra+=(--resume "$OUT/$arm")  # a rerun continues an arm (train never does unasked)
   # shellcheck disable=SC2086
   $TRMKIT train "$CFG" "${COMMON[@]}" "${extra[@]}" $EXTRA run.dir="$OUT/$arm" > "$OUT/$arm.log" 2>&1 &
   pids+=($!)

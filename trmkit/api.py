@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -57,6 +57,7 @@ class Run:
     """A run directory written by `trmkit train` (or `fit` here)."""
 
     dir: Path
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # predict's loaded model
 
     @property
     def config(self) -> Config:
@@ -76,15 +77,30 @@ class Run:
         """`evaluate(self, ...)`: see `trmkit.evaluate`."""
         return evaluate(self, **kwargs)
 
-    def predict(self, inputs: Sequence, log: Log = lambda m: print(m, file=sys.stderr)) -> list:
-        """Answers of a run trained on a `trmkit data pairs` store, in the inputs' own form.
+    def predict(self, inputs: Sequence, *, steps: int | str | None = None, details: bool = False,
+                log: Log = lambda m: print(m, file=sys.stderr)) -> list:
+        """Answers of a Sudoku, maze or pairs run, each in its input's form (`trmkit predict`); the model is
+        loaded on the first call and kept by this Run. `steps`: K or "auto[:CAP]" (default: auto for mazes,
+        the trained N_sup else). With `details`, a dict per input: "output", "valid" (Sudoku's rules, a
+        maze's route) or "correct" (a pairs input given with an output), and the "steps" it took.
 
-        >>> trmkit.load("runs/pairs-laptop").predict([[[1, 0, 0, 4, 0, 6], ...]])
-        [[[1, 2, 3, 4, 5, 6], ...]]"""
-        from trmkit import hardware, predict
+        >>> run = trmkit.load("runs/sudoku-laptop")
+        >>> run.predict(["4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"])
+        ['417369825632158947958724316825437169791586432346912758289643571573291684164875293']
+        >>> run.predict([[[4, 0, 0, 0, 0, 0, 8, 0, 5], ...]], details=True)[0]   # a 9 x 9 list: one back
+        {'output': [[4, 1, 7, 3, 6, 9, 8, 2, 5], ...], 'valid': True, 'steps': 16}"""
+        from trmkit.predict.command import answer_values
 
-        session, layout = predict.open_run(self.dir, None, hardware.probe(), log, cache_dir())
-        return predict.answer_values(session, layout, list(inputs))
+        return answer_values(self._predictor(log), list(inputs), steps, details, log)
+
+    def _predictor(self, log: Log):
+        """The run's model for predict, loaded once per Run (a frozen dataclass: kept in `_cache`)."""
+        if "predictor" not in self._cache:
+            from trmkit import hardware
+            from trmkit.predict.engine import Predictor
+
+            self._cache["predictor"] = Predictor.open(self.dir, None, hardware.probe(), log, cache_dir())
+        return self._cache["predictor"]
 
 
 def load(run_dir: str | Path) -> Run:
@@ -96,29 +112,45 @@ def load(run_dir: str | Path) -> Run:
 
 
 def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequence[str] | None = None, *,
-          minutes: float | None = None, resume: str | Path | None = None, log: Log = print) -> Run:
-    """Plan, train and evaluate as `trmkit train CONFIG [k=v ...] [--minutes N]`; the run written.
+          minutes: float | None = None, resume: str | Path | bool | None = None, force: bool = False,
+          log: Log = print) -> Run:
+    """Plan, train and evaluate as `trmkit train CONFIG [k=v ...] [--minutes N] [--resume RUN] [--force]`;
+    the run written.
 
-    Named `fit`, not `train`: `trmkit.train` is the trainer's package.
+    A run.dir that already holds a run is refused unless `resume` (a run directory, or True for the
+    config's run.dir: continue it) or `force=True` (delete the old run's files, start afresh: what a
+    notebook that retrains on every run passes). A run stopped by SIGINT or SIGTERM saves its checkpoint
+    and raises KeyboardInterrupt saying how to resume. Named `fit`, not `train`: `trmkit.train` is the
+    trainer's package.
 
-    >>> run = trmkit.fit("configs/sudoku-laptop.yaml", {"train.max_steps": 100, "run.dir": "runs/a"})
+    >>> run = trmkit.fit("configs/sudoku-laptop.yaml", {"train.max_steps": 100, "run.dir": "runs/a"}, force=True)
     >>> round(run.summary["cell_accuracy"], 2)
     0.78"""
     from trmkit.train import distributed
     from trmkit.train.resume import load_for_run
 
     extra = as_overrides(overrides) + minutes_overrides(minutes)
-    cfg = load_for_run(str(config) if config else None, extra, str(resume) if resume else None, DEFAULT_CONFIG)
-    run_training(cfg, distributed.world_from_env({}), log)
+    config = str(config) if config else None
+    if resume is True:  # the run.dir the config and overrides name
+        resume = load_for_run(config, extra, None, DEFAULT_CONFIG).run.dir
+    cfg = load_for_run(config, extra, str(resume) if resume else None, DEFAULT_CONFIG)
+    result = run_training(cfg, distributed.world_from_env({}), log, resume=bool(resume), force=force)
+    if result.get("stopped"):
+        raise KeyboardInterrupt(f"training stopped by {result['stopped']} at step {result['steps']}, its checkpoint "
+                                f"saved: continue with trmkit.fit(resume={str(cfg.run.dir)!r})")
     return Run(Path(cfg.run.dir))
 
 
-def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False) -> dict:
-    """The one trainer on a loaded config (`world`: this process's place in a torchrun job)."""
+def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False, resume: bool = False,
+                 force: bool = False) -> dict:
+    """The one trainer on a loaded config (`world`: this process's place in a torchrun job): `resume`
+    continues the run in run.dir, `force` starts afresh there (train/resume.py `claim_run_dir`)."""
     from trmkit import hardware
     from trmkit.train import loop
+    from trmkit.train.resume import claim_run_dir
     from trmkit.train.session import prepare
 
+    claim_run_dir(cfg.run.dir, resume, force, log)
     session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), world=world, **task_hooks(cfg, log))
     return loop.train(session, is_tty=is_tty, log=log)
 
@@ -126,15 +158,17 @@ def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False) -> 
 def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: Iterable[int] | str | None = None,
              vote: Iterable[int] | str | None = None, pool: str | None = None, checkpoint: int | None = None,
              limit: int | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
-             select: int | None = None, select_from: str = "noise",
+             select: int | None = None, select_from: str = "noise", verbose: bool = False,
              log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
     """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..] [--select N]` as a dict (the JSON
     the CLI prints).
 
     >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]
     >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]
-    >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure"""
-    from trmkit import hardware
+    >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure
+
+    verbose: also log the plan's choices (threads, dtype, batch, ...), as `trmkit train` always does."""
+    from trmkit import hardware, plan
     from trmkit.train import evaluate as evaluate_mod
     from trmkit.train import testtime
     from trmkit.train.finish import memory_summary
@@ -149,8 +183,8 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     # split, prepare says what is wrong with the store.
     meta = _test_meta(cfg)
     variants = _variants(cfg, meta, max(counts), log) if counts and meta else None
-    session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), evaluate_only=True,
-                      **task_hooks(cfg, log))
+    session = prepare(cfg, hardware.probe(), log=plan.plan_lines_to(log, verbose), cache_dir=cache_dir(),
+                      evaluate_only=True, **task_hooks(cfg, log))
     evaluate_mod.load_weights(session, run_dir, checkpoint)
     if counts and variants is None:  # the store has no test split: refused with the reason
         variants = _variants(cfg, _split_meta(session), max(counts), log)
@@ -302,6 +336,9 @@ def task_hooks(cfg: Config, log: Log = print) -> dict:
 def add_data_arguments(p, task) -> None:
     """The options of `trmkit data NAME`: the common ones, then the task's own."""
     p.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the store already at --out (runs trained on it then refuse to resume or "
+                        "evaluate on it); a folder that is not a store is never replaced")
     p.add_argument("--test-fraction", type=float, default=0.1,
                    help="share held out for test; 1 puts everything in test (a store for `trmkit eval` only)")
     p.add_argument("--seed", type=int, default=0)
@@ -309,9 +346,10 @@ def add_data_arguments(p, task) -> None:
 
 
 def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> Path:
-    """`trmkit data TASK --out OUT --option value ...` from Python; the store's folder.
+    """`trmkit data TASK --out OUT --option value ...` from Python; the store's folder. A store already at
+    `out` is replaced only with force=True (`--force`).
 
-    >>> trmkit.build_data("sudoku", "data/easy", source="generate", num=200, givens="34-40", aug=2)
+    >>> trmkit.build_data("sudoku", "data/easy", source="generate", num=200, givens="34-40", aug=2, force=True)
     PosixPath('data/easy')"""
     import argparse
 
@@ -345,7 +383,8 @@ def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> 
 
 def build_store(task, args, log: Log = print) -> None:
     """Run a task's builder on parsed `trmkit data` options, after checking that the store would not
-    be written over (or into) its own source."""
+    be written over (or into) its own source, nor over an existing store without --force."""
+    from trmkit.data.store import check_new_store, is_store_dir
     from trmkit.files import check_output
 
     source = getattr(args, "source", None)
@@ -353,6 +392,9 @@ def build_store(task, args, log: Log = print) -> None:
     try:
         if any(Path(s).exists() for s in sources):
             check_output(args.out, [s for s in sources if Path(s).exists()])
+        check_new_store(args.out, force=getattr(args, "force", False))
+        if getattr(args, "force", False) and is_store_dir(Path(args.out)):
+            log(f"data: --force -> the store at {args.out} is replaced once the new one is written")
         task.build(args, log)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err

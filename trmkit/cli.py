@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trmkit import config as config_mod
 from trmkit.config import ConfigError
+from trmkit.errors import one_line
 
 
 def _cache_dir() -> Path:
@@ -44,7 +45,11 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", help="YAML preset, e.g. configs/sudoku-laptop.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.max_steps=200 run.dir=runs/a")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                   help="continue the run in RUN_DIR from its newest valid checkpoint")
+                   help="continue the run in RUN_DIR from its newest valid checkpoint (a run.dir that already "
+                        "holds a run is never resumed without it)")
+    p.add_argument("--force", action="store_true",
+                   help="start afresh in a run.dir that already holds a run: its checkpoints, weights, summary, "
+                        "metrics and report are deleted first (other files there stay)")
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget); "
                         "with several processes on one machine, theirs together")
@@ -98,12 +103,16 @@ def _run_train(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, world) -> int:
     from trmkit import rundir
     from trmkit.api import run_training
+    from trmkit.data.hints import MissingStore
     from trmkit.train import distributed
 
     cfg = _train_config(args)
     log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     try:
-        run_training(cfg, world, log, is_tty=sys.stdout.isatty() and world.main)
+        result = run_training(cfg, world, log, is_tty=sys.stdout.isatty() and world.main,
+                              resume=bool(args.resume), force=args.force)
+    except MissingStore as err:  # the preset's comments say how its own store is built
+        raise err.for_config(args.config) from None
     except RuntimeError as err:
         if not (world.active and distributed.is_peer_failure(err)):
             raise
@@ -113,7 +122,7 @@ def _train(args: argparse.Namespace, world) -> int:
               f"`torchrun --nproc-per-node {world.local_size} "
               f"-m trmkit train --resume {cfg.run.dir}`", file=sys.stderr, flush=True)
         return 3
-    return 0
+    return int(result.get("exit_code", 0))  # 130 / 143: stopped by SIGINT / SIGTERM, saved
 
 
 def _leave_after(work) -> None:
@@ -152,6 +161,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides of the run's config for this evaluation, e.g. "
                                                 "run.threads=1 run.dtype=float32")
     p.add_argument("--data", default=None, help="dataset directory (default: the run's data.path)")
+    p.add_argument("--verbose", action="store_true", help="also print the plan's choices (threads, dtype, batch)")
     p.add_argument("--limit", type=int, default=None, help="evaluate at most N test examples")
     p.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
                    help="evaluate the run's checkpoint of STEP (its EMA weights) instead of its final weights, "
@@ -164,7 +174,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "seconds the time to reach it), kept in RUN_DIR/eval_steps.json for the report; "
                         "`auto`: each example stops once its answer has not changed for 2 consecutive steps, or at "
                         "CAP steps (default 4 x the trained N_sup), and the steps used (mean, max) are reported "
-                        "beside the accuracy (measured on two models: docs/performance.md)")
+                        "beside the accuracy (measured on two models: docs/results.md)")
     p.add_argument("--vote", default=None, metavar="N[,N...]",
                    help="also solve N symmetric variants of each example (a maze's turns and mirror images, a "
                         "Sudoku's band shuffles and digit relabellings), undo them and vote; a ballot that breaks "
@@ -182,7 +192,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                         "(default the trained N_sup; not with --steps auto). Reported under select/... beside the "
                         "one-shot figures, with a plurality over the N answers apart under plurality/..., each "
                         "with its seconds. Measured on the hardest 17-clue Sudoku: 0.821 one-shot -> 0.987 with 16 "
-                        "variants (docs/performance.md)")
+                        "variants (docs/results.md)")
     p.add_argument("--select-from", default="noise", choices=["noise", "variants", "both"],
                    help="with --select: what makes the N trajectories differ: noise in the initial carry "
                         "(default), the task's symmetric variants (as --vote, without its rule check), or both")
@@ -193,7 +203,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     result = evaluate(args.run_dir, args.data, steps=args.steps, vote=args.vote, pool=args.pool,
                       checkpoint=args.checkpoint, limit=args.limit, overrides=args.overrides, select=args.select,
-                      select_from=args.select_from)
+                      select_from=args.select_from, verbose=args.verbose)
     print(json.dumps(result, indent=2))  # stdout carries only the JSON result; notes go to stderr
     return 0
 
@@ -225,18 +235,15 @@ def _run_rl(args: argparse.Namespace) -> int:
 
 
 def _add_predict(p: argparse.ArgumentParser) -> None:
-    # defined here, not in trmkit/predict.py, which imports torch: every command builds this parser,
-    # and importing torch (1.5-3 s) before `email predict` starts its parsing workers would delay them
-    p.add_argument("run_dir", help="a run directory written by `trmkit train` on a `trmkit data pairs` store")
-    p.add_argument("inputs", help='JSONL file, one {"input": ...} per line (an "output" key is scored)')
-    p.add_argument("--out", default=None, help="write the answers here (atomically) instead of stdout")
-    p.add_argument("--data", default=None, help="the run's training store (default: the run's data.path)")
+    from trmkit.predict.arguments import add_arguments  # imports no torch (trmkit/predict/__init__.py neither)
+
+    add_arguments(p)
 
 
 def _run_predict(args: argparse.Namespace) -> int:
-    from trmkit import predict
+    from trmkit.predict.command import run
 
-    return predict.run(args, _cache_dir())  # the environment is read here only
+    return run(args, _cache_dir())  # the environment is read here only
 
 
 def _add_report(p: argparse.ArgumentParser) -> None:
@@ -247,10 +254,7 @@ def _task_plots(run_dir: Path):
     """The plots of the task the run was trained on (data_meta.json's "task"); None: generic plots only."""
     from trmkit import registry, rundir
 
-    try:
-        name = json.loads(rundir.path(run_dir, rundir.DATA_META).read_text()).get("task")
-    except (OSError, ValueError, AttributeError):
-        return None  # a run from before data_meta.json, or not a training run
+    name = rundir.task_of(run_dir)  # None: a run from before data_meta.json, or not a training run
     return registry.TASKS[name].plots if name in registry.TASKS else None
 
 
@@ -333,7 +337,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", metavar="BASELINE.json", default=None,
                    help="exit 1 if MFU fell or MB per slot rose by more than --tolerance")
     p.add_argument("--tolerance", type=float, default=0.1, help="relative change allowed by --compare")
-    p.add_argument("--save", metavar="OUT.json", default=None, help="write the result as a baseline")
+    p.add_argument("--save", metavar="OUT.json", default=None, help="write the result as a baseline (over an earlier "
+                                                                       "one; over another file only with --force)")
+    p.add_argument("--force", action="store_true", help="let --save replace a file that is not a saved result")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the MB-per-slot probe (two fresh processes, two steps each)")
     p.add_argument("--memory-budget", default=None,
@@ -400,6 +406,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     if any(v is not None for v in (args.every, args.data_dir, args.schedule, args.task, args.keep, args.target)):
         raise ConfigError("--every, --data-dir, --schedule, --task, --keep and --target need --learn MINUTES")
     baseline = bench.load_result(args.compare) if args.compare else None  # fail before the long run
+    if args.save:
+        bench.results.check_save(args.save, args.force)
     result = bench.run_bench(cfg, steps=args.steps, warmup=args.warmup, memory=not args.no_memory,
                              compile_target=args.compile_target, log=log, cache_dir=str(_cache_dir()),
                              all_peaks=args.all_peaks)
@@ -420,7 +428,8 @@ COMMANDS = {
     "train": ("train a TRM from a YAML config", _add_train, _run_train),
     "eval": ("evaluate a trained run on a test split", _add_eval, _run_eval),
     "email": ("e-mail: predict, sort, export, serve, baseline, weak-label, label", _add_email, _run_email),
-    "predict": ("answer new inputs with a run trained on `trmkit data pairs`", _add_predict, _run_predict),
+    "predict": ("answer new inputs with a Sudoku, maze or pairs run, in the inputs' form", _add_predict,
+                _run_predict),
     "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),
@@ -440,7 +449,10 @@ def _budget_as_override(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trmkit.version import __version__
+
     parser = argparse.ArgumentParser(prog="trmkit", description="Train Tiny Recursive Models on a laptop.")
+    parser.add_argument("--version", action="version", version=f"trmkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add, _) in COMMANDS.items():
         add(sub.add_parser(name, help=help_text, description=help_text))
@@ -458,21 +470,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command][2](args)
     except Exception as err:
-        if not _said_in_one_line(err):
-            raise
-        print(f"trmkit {args.command}: {err}", file=sys.stderr)
+        line = one_line(err)
+        if line is None:
+            raise  # a bug: its traceback is what a report of it needs
+        print(f"trmkit {_command(args)}: {line}", file=sys.stderr)
         return 2
 
 
-def _said_in_one_line(err: Exception) -> bool:
-    """A trmkit error with its fix in the message (config, store, checkpoint), printed without a traceback.
-    A CheckpointError comes only from its module, loaded by then: importing it up front would import
-    torch before every command (1.5-3 s, before `email predict` could start its parsing workers)."""
-    from trmkit.data.store import StoreError
-
-    checkpoint = sys.modules.get("trmkit.train.checkpoint.errors")
-    return isinstance(err, (ConfigError, StoreError)) or (checkpoint is not None
-                                                         and isinstance(err, checkpoint.CheckpointError))
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed, for the start of an error line: "train", "email predict", "rl eval"."""
+    sub = getattr(args, "email_command", None) or getattr(args, "rl_command", None)
+    return f"{args.command} {sub}" if sub else args.command
 
 
 if __name__ == "__main__":

@@ -13,12 +13,20 @@ A group is an original puzzle together with its augmentations. The
 vocabulary is stored as strings in ``meta.json`` so a store can be decoded
 without trmkit.
 
+Each split's ``meta.json`` carries a ``fingerprint``: the SHA-256 of its arrays
+(dtype, shape and bytes) and sidecar files, computed once while the store is
+written, from the arrays in memory. A run records the fingerprints of the store
+it trained on; resuming or evaluating on that store compares the recorded values
+with ``meta.json`` (nothing is rehashed when a store is opened), so a store
+rebuilt with other settings is refused (train/session.py).
+
 Arrays are opened memory-mapped; the samplers in stream.py read only the
 rows they return, so datasets larger than RAM train fine.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trmkit.names import current_names
-from trmkit.files import atomic_open, commit_dir, fsync_dir, temp_sibling, write_json
+from trmkit.files import atomic_open, commit_dir, fsync_dir, temp_sibling, to_json, write_json
 
 FORMAT = "trmkit-store/1"
 META_FILE = "meta.json"
@@ -104,11 +112,13 @@ class StoreMeta:
     given_tokens: tuple[int, ...] = ()  # input tokens the answer repeats as they are (a maze's walls, S, G)
     pooled_positions: int = 0  # a store's last positions: ids the model pools, not mixes (e-mail's bag)
     answer_vocab: int = 0  # a grid store whose labels use only the vocabulary's first N ids (0 = all of it)
+    fingerprint: str = ""  # "sha256:..." of the split's arrays and sidecars ("" for a store built before them)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab")
+        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab",
+                    "fingerprint")
         data = current_names(data)  # stores written under former key names
         names = [f for f in cls.__dataclass_fields__ if f not in optional]
         missing = [k for k in names if k not in data]
@@ -127,7 +137,8 @@ class StoreMeta:
                    grid_shape=(int(grid[0]), int(grid[1])) if grid else None,
                    given_tokens=tuple(int(t) for t in data.get("given_tokens", ())),
                    pooled_positions=int(data.get("pooled_positions", 0)),
-                   answer_vocab=int(data.get("answer_vocab", 0)))
+                   answer_vocab=int(data.get("answer_vocab", 0)),
+                   fingerprint=str(data.get("fingerprint", "")))
         if grid and meta.grid_shape[0] * meta.grid_shape[1] != meta.seq_len:
             raise StoreError(f"{where}: grid_shape {list(grid)} does not hold seq_len={meta.seq_len} cells; "
                              f"{REBUILD_HINT}")
@@ -139,10 +150,10 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
-        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab"):
+        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab", "fingerprint"):
             if not data[key]:
                 del data[key]
-            elif key not in ("pooled_positions", "answer_vocab"):
+            elif key not in ("pooled_positions", "answer_vocab", "fingerprint"):
                 data[key] = list(data[key])
         return data
 
@@ -187,7 +198,7 @@ def write_store(
     """Write every split of a dataset to ``out_dir`` all-or-nothing.
 
     ``meta`` holds the builder keys (:data:`BUILDER_META_KEYS`); format,
-    sizes, seq_len and dtypes are derived here. Arrays are cast to the
+    sizes, seq_len, dtypes and each split's fingerprint are derived here. Arrays are cast to the
     smallest dtypes that fit. ``extras`` (optional) maps a split name to
     ``{file name: JSON value}``: a task's sidecar files (ARC's augmentation
     table), written into that split's directory within the same atomic
@@ -204,6 +215,8 @@ def write_store(
         raise ValueError("write_store needs at least one split")
     prepared = {name: _prepare_split(name, arrays, meta) for name, arrays in splits.items()}
     extras = _check_extras(extras or {}, splits)
+    for name, (arrays, split_meta) in prepared.items():
+        split_meta["fingerprint"] = fingerprint(arrays, extras.get(name, {}))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(out)
     tmp.mkdir()
@@ -250,6 +263,78 @@ def check_output_dir(out: str | os.PathLike[str]) -> None:
             f"{out} exists and is not a trmkit store (no <split>/meta.json); "
             "refusing to overwrite it; choose another output path or remove it yourself"
         )
+
+
+def check_new_store(out: str | os.PathLike[str], force: bool = False) -> None:
+    """`trmkit data --out OUT`: raise FileExistsError when OUT already holds a store and ``force`` is off
+    (runs trained on it would no longer match it), or when it is any other non-empty folder or a file
+    (never replaced, not even with ``force``)."""
+    out = Path(out)
+    check_output_dir(out)
+    if is_store_dir(out) and not force:
+        splits = ", ".join(f"{name} {info['examples']}" for name, info in store_fingerprints(out).items())
+        raise FileExistsError(
+            f"{out} already holds a trmkit store ({splits} examples); refusing to overwrite it: choose another "
+            "--out, or add --force (force=True from Python) to replace it (runs trained on the old store will "
+            "then refuse to resume or evaluate on it)")
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def fingerprint(arrays: SplitArrays, sidecars: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 of one split's arrays (name, dtype, shape, bytes) and sidecar files (name, the JSON
+    text written), as "sha256:<hex>". Computed once, while the store is written."""
+    digest = hashlib.sha256()
+    for name in ARRAY_NAMES:
+        arr = np.ascontiguousarray(getattr(arrays, name))
+        digest.update(f"{name}:{arr.dtype.str}:{list(arr.shape)}\n".encode())
+        digest.update(memoryview(arr).cast("B"))
+    for name in sorted(sidecars or {}):
+        digest.update(f"{name}\n".encode())
+        digest.update(to_json(sidecars[name], indent=None).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def split_fingerprint_on_disk(path: str | os.PathLike[str]) -> str:
+    """The fingerprint of a split as it now lies on disk (reads every array: for checks, not on open)."""
+    path = Path(path)
+    arrays = SplitArrays(**{n: np.load(path / f"{n}.npy", mmap_mode="r", allow_pickle=False) for n in ARRAY_NAMES})
+    names = sorted(p.name for p in path.glob("*.json") if p.name != META_FILE)
+    sidecars = {n: json.loads((path / n).read_text(encoding="utf-8")) for n in names}
+    return fingerprint(arrays, sidecars)
+
+
+def store_fingerprints(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """{split: {"fingerprint": "sha256:..." or None, "examples": N}} as each split's meta.json records
+    it (None: built before fingerprints). Reads only meta.json files."""
+    out: dict[str, dict[str, Any]] = {}
+    root = Path(root)
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            data = json.loads((child / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and str(data.get("format", "")).startswith("trmkit-store/"):
+            out[child.name] = {"fingerprint": data.get("fingerprint") or None,
+                               "examples": int(data.get("num_examples", 0))}
+    return out
+
+
+def store_changes(recorded: Mapping[str, Mapping[str, Any]], current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What differs between two `store_fingerprints` results, one phrase per split ([]: the same store).
+    A split whose fingerprint is unknown on either side is compared by its count alone."""
+    changes = []
+    for name in sorted(set(recorded) | set(current)):
+        was, now = recorded.get(name), current.get(name)
+        if was is None or now is None:
+            changes.append(f"split {name} {'added' if was is None else 'removed'}"
+                           + (f" ({(now or was)['examples']} examples)"))
+        elif was["examples"] != now["examples"]:
+            changes.append(f"split {name} had {was['examples']} examples, now {now['examples']}")
+        elif was.get("fingerprint") and now.get("fingerprint") and was["fingerprint"] != now["fingerprint"]:
+            changes.append(f"split {name} has other contents (the same {now['examples']} examples in number)")
+    return changes
 
 
 def _check_builder_meta(meta: Mapping[str, Any]) -> None:

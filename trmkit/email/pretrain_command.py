@@ -47,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.data)
     store = Path(args.store_out) if args.store_out else source.with_name(source.name + "-mlm")
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{source.name}-pretrain"
-    ensure_store(source, store, args.copies, args.seed, _stderr)
+    try:
+        ensure_store(source, store, args.copies, args.seed, _stderr)
+    except ValueError as err:  # not an e-mail store, no text to mask: the message names the store and the fix
+        raise ConfigError(str(err)) from err
     resume = str(run_dir) if checkpoint.list_checkpoints(run_dir) else None
     extra = [f"data.path={store}", *args.overrides]
     extra += [f"train.max_minutes={args.minutes}"] if args.minutes is not None else []
@@ -58,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
                           "save): give another --run-dir, or remove it yourself")
     cfg = load_for_run(args.config, extra + ([] if resume else [f"run.dir={run_dir}"]), resume, CONFIG)
     session = prepare(cfg, hardware.probe())
-    loop.train(session, is_tty=sys.stdout.isatty())
+    result = loop.train(session, is_tty=sys.stdout.isatty())
+    if result.get("stopped"):  # saved; the same command resumes it
+        return int(result["exit_code"])
     _stderr(f"pretrain: done. Fine-tune the classifier from it:\n  trmkit train configs/email-fast.yaml "
             f"data.path={source} train.init_from={session.cfg.run.dir}")
     return 0

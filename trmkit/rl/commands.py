@@ -16,6 +16,8 @@ from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import ConfigError
 
+RL_TASK = "selfplay-code"  # data_meta.json's "task" of a seeding or self-play run (rl/objective.py's identity)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="rl_command", required=True)
@@ -28,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="start from the weights of a finished run (e.g. the seeding run)")
         s.add_argument("--resume", metavar="RUN_DIR", default=None,
                        help="continue the run in RUN_DIR from its newest valid checkpoint")
+        s.add_argument("--force", action="store_true",
+                       help="start afresh in a run.dir that already holds a run (its checkpoints, weights, summary "
+                            "and metrics are deleted first)")
         s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
     s = sub.add_parser("eval", help="held-out solve rate by execution: all, without shortcuts, per type and slice")
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
@@ -50,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
 def load_config(args: argparse.Namespace) -> config_mod.Config:
     from trmkit.train.resume import load_for_run
 
+    if args.resume:
+        rundir.check_task(args.resume, RL_TASK, f"a `trmkit rl seed|train` run: `trmkit train --resume {args.resume}` "
+                                                "continues it")
     return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml")
 
 
@@ -84,9 +92,11 @@ def run_training(args: argparse.Namespace) -> int:
     from trmkit import hardware
     from trmkit.rl.selfplay import SelfPlayObjective
     from trmkit.train import checkpoint, loop
+    from trmkit.train.resume import claim_run_dir
     from trmkit.train.session import prepare
 
     cfg = load_config(args)
+    claim_run_dir(cfg.run.dir, bool(args.resume), args.force)  # as `trmkit train`: never resumed unasked
     objective, cfg = make_objective(args.rl_command, cfg)
     try:
         session = prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, objective=objective)
@@ -94,10 +104,10 @@ def run_training(args: argparse.Namespace) -> int:
             init_from(session, Path(args.init))
             if isinstance(objective, SelfPlayObjective):  # it measures how far it moves from the seed
                 objective.set_reference(str(Path(args.init).resolve()))
-        loop.train(session, is_tty=sys.stdout.isatty())
+        result = loop.train(session, is_tty=sys.stdout.isatty())
     finally:
         objective.close()
-    return 0
+    return int(result.get("exit_code", 0))  # 130 / 143: stopped by SIGINT / SIGTERM, saved
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -108,6 +118,7 @@ def run_eval(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not rundir.path(run_dir, rundir.CONFIG).is_file():
         raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run written by `trmkit rl seed|train`?")
+    rundir.check_task(run_dir, RL_TASK, "a `trmkit rl seed|train` run: `trmkit eval RUN` evaluates it")
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"])
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
@@ -196,12 +207,26 @@ def run_heldout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_result(path: Path) -> dict:
+    """A `trmkit rl eval RUN --json` result; a ConfigError naming the file where it is missing or damaged."""
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: write it with `trmkit rl eval RUN --json > {path}`")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ConfigError(f"{path} is damaged ({type(err).__name__}): write it again with "
+                          f"`trmkit rl eval RUN --json > {path}`") from err
+    if not isinstance(result, dict):
+        raise ConfigError(f"{path} is not a `trmkit rl eval RUN --json` result")
+    return result
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """Paired differences (after - before) with bootstrap standard errors, per type and slice."""
     from trmkit.rl import heldout
     from trmkit.rl.stats import paired_bootstrap
 
-    runs = [json.loads(Path(p).read_text()) for p in (args.before, args.after)]
+    runs = [_eval_result(Path(p)) for p in (args.before, args.after)]
     if any("solved" not in r for r in runs) or runs[0]["heldout"] != runs[1]["heldout"]:
         raise ConfigError("rl compare: both files must come from `trmkit rl eval RUN --json` on the same held-out set")
     spec = runs[0]["heldout"]

@@ -74,7 +74,7 @@ def write_summary(s: Session, clock: Clock, evals: dict, resumed: int | None, lo
         log(f"distributed: {run.world.size} processes, peak RSS per rank "
             + ", ".join(f"{p / 2**30:.2f} GB" for p in rank_peaks))
     path = files.write_json(rundir.path(run_dir, rundir.SUMMARY), summary)
-    log(monitor.format_summary(summary))
+    log(monitor.format_summary(summary, final_line=False))  # one final: line, the next
     log("final: " + format_eval(evals) + f" | {summary['samples_per_second']:.1f} samples/s, "
         f"{summary['wall_seconds']:.0f} s -> {path}")
     return summary

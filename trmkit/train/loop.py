@@ -2,12 +2,14 @@
 
 `train` runs a session built by `prepare` (train/session.py) until train.max_steps, the time
 budget or a stop signal, and writes RUN_DIR/config.yaml, data_meta.json, plan.json and
-metrics.jsonl; checkpoints go through train/resume.py, the weights and summary.json through
+metrics.jsonl (a resumed run with no step left writes nothing when it has finished: its summary
+stays as it was); checkpoints go through train/resume.py, the weights and summary.json through
 train/finish.py. With several processes every one runs it; rank 0 alone writes files and logs.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +26,10 @@ from trmkit.train import depth, timefit
 from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
-from trmkit.train.resume import restore_best, resume_if_possible, save_state
-from trmkit.train.session import Clock, Session, chooses_by_held_out, data_identity
-from trmkit.train.signals import graceful_stop
+from trmkit.train.resume import nothing_to_train, restore_best, resume_if_possible, save_state
+from trmkit.train.data_identity import data_identity
+from trmkit.train.session import Clock, Session, chooses_by_held_out
+from trmkit.train.signals import exit_code, graceful_stop
 from trmkit.train.step import train_step
 from trmkit.train.timefit import TimeFit
 
@@ -50,6 +53,11 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
     with graceful_stop(log) as stop:  # from the start: a signal during set-up stops after the first step, saved
         with s.run.meter.phase("resume"):
             resumed = resume_if_possible(s, log)
+        done = nothing_to_train(s, log) if resumed is not None else None
+        summary = rundir.path(run_dir, rundir.SUMMARY)
+        if done and summary.is_file():  # finished: its files stay as they are
+            s.run.meter.stop()
+            return {**json.loads(summary.read_text()), "nothing_trained": done}
         if main:
             write_run_files(s, run_dir)
         loggers = monitor.make_loggers(run_dir, None, log) if main else monitor.MultiLogger([])
@@ -60,7 +68,7 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
                                     sampler=monitor.SystemSampler(peak_bytes=peak),
                                     cores=int(s.run.plan.threads.value), time_limit_s=60 * s.cfg.train.max_minutes)
         out = Monitors(loggers, progress, sampler, watch)
-        evals = _run_steps(s, clock, out, stop, log)
+        evals = {} if done else _run_steps(s, clock, out, stop, log)  # done: only the end was missing
         progress.close()
         late_signal = [stop.signal_name is not None]  # a signal that came after the step's agreement
         if _agree(s.run.world, s.ctx.device, late_signal)[0]:
@@ -95,7 +103,7 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
         step = s.state.step
         if fit is not None:
             cfg = _refit(s, fit, out, log)
-        flags = [stop.requested, _out_of_time(cfg, clock.start), _checkpoint_due(cfg, step, clock)]
+        flags = [stop.requested, _out_of_time(cfg, budget_start(s, clock)), _checkpoint_due(cfg, step, clock)]
         stopped, late, due = _agree(s.run.world, s.ctx.device, flags)
         if stopped:
             stop.signal_name = stop.signal_name or "a stop signal on another process"
@@ -133,11 +141,19 @@ def _time_fit(s: Session, clock: Clock, log: Log) -> TimeFit | None:
     if s.state.step > 0:
         log(f"time: resumed at step {s.state.step}: train.max_steps={t.max_steps} as fitted before is kept")
         return None
+    spent = clock.start - budget_start(s, clock)
     log(f"time: train.max_steps will be fitted to {t.max_minutes:g} minutes from the measured step time "
         f"(first after {min(timefit.FIT_AFTER_S, 30 * t.max_minutes):g} s of steps, again at "
-        f"{', '.join(f'{r:.0%}' for r in timefit.REFIT_AT)} of the budget)")
-    return TimeFit(budget_s=60 * t.max_minutes, start_s=clock.start, model=s.cfg.model,
+        f"{', '.join(f'{r:.0%}' for r in timefit.REFIT_AT)} of the budget); "
+        + timefit.spent_before(spent, t.max_minutes))
+    return TimeFit(budget_s=60 * t.max_minutes, start_s=budget_start(s, clock), model=s.cfg.model,
                    ends=depth.stage_ends(t.depth_curriculum))
+
+
+def budget_start(s: Session, clock: Clock) -> float:
+    """Where train.max_minutes counts from: the start of the session's preparation (planning, the task's fit
+    before training), so that `--minutes N` is N minutes of the command, not N after a long fit."""
+    return s.started or clock.start
 
 
 def _refit(s: Session, fit: TimeFit, out: Monitors, log: Log) -> Config:
@@ -218,8 +234,10 @@ def _stopped(s: Session, clock: Clock, loggers, evals: dict, stop, log: Log) -> 
     again = (f"torchrun --nproc-per-node {world.local_size} -m trmkit train --resume {run_dir} (or "
              f"trmkit train --resume {run_dir} --nproc {world.size})" if world.active
              else f"trmkit train --resume {run_dir}")
-    log(f"stopped by {stop.signal_name} at step {s.state.step}; resume with: {again}")
-    return {"stopped": stop.signal_name, "steps": s.state.step}
+    code = exit_code(stop.signal_name)
+    log(f"stopped by {stop.signal_name} at step {s.state.step} (checkpoint saved; exit code {code}); "
+        f"resume with: {again}")
+    return {"stopped": stop.signal_name, "steps": s.state.step, "exit_code": code}
 
 
 def _final_evaluations(s: Session, clock: Clock, loggers, evals: dict, log: Log) -> dict:

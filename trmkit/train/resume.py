@@ -1,6 +1,10 @@
 """Resuming a run: its config, its checkpoint's execution settings, the state, and the best weights.
 
-A training command's config is the YAML and overrides, or with --resume the run's own
+Resuming is explicit (`claim_run_dir`): a training command into a run.dir that already holds a run
+is refused unless it says --resume (continue from the newest checkpoint) or --force (delete the
+old run's files and start afresh); --resume without a checkpoint is refused. A resumed run that
+has nothing left to train (`nothing_to_train`: it reached max_steps or stopped early) says so and
+trains no step. A training command's config is the YAML and overrides, or with --resume the run's own
 config.yaml (`load_for_run`). Before the plan is made, the newest checkpoint's meta.json says
 what the run was trained with beyond its config (train/execution.py), so the resumed run
 continues bit for bit. `resume_if_possible`
@@ -10,6 +14,7 @@ process's own state); `restore_best` loads the best checkpoint's weights at the 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -30,6 +35,10 @@ RESUME_IGNORE = ("run", "train.max_steps", "train.max_minutes", "train.eval_ever
                  "data.eval_limit", "data.path", "train.micro_batch", "train.restore_best",
                  "train.early_stop_evals", "train.best_margin")
 PER_RANK_META = ("stream", "rng", "samples_started")  # besides the rank's own tensors (distributed.RANK_KEYS)
+# what a run writes into its run.dir: --force deletes these, and nothing else there
+RUN_FILES = (rundir.CONFIG, rundir.PLAN, rundir.DATA_META, rundir.METRICS, rundir.SUMMARY, rundir.WEIGHTS,
+             rundir.CHECKPOINTS, rundir.REPORT, rundir.TENSORBOARD, rundir.CLASSIFICATION,
+             rundir.CLASSIFICATION_VAL, rundir.CALIBRATION, rundir.SUBMISSION, rundir.EVAL_STEPS)
 
 
 def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str) -> Config:
@@ -47,6 +56,74 @@ def load_for_run(config: str | None, overrides: list[str], resume: str | None, e
 
 
 # --------------------------------------------------------------------------- before the plan
+
+
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether a run has written into run_dir (its config, metrics, summary, weights or a checkpoint)."""
+    return (rundir.is_run_dir(run_dir) or rundir.path(run_dir, rundir.WEIGHTS).is_file()
+            or bool(checkpoint.list_checkpoints(run_dir)))
+
+
+def describe_run(run_dir: str | Path) -> str:
+    """What a run directory holds, in a few words: its newest checkpoint and whether it finished."""
+    ckpts = checkpoint.list_checkpoints(run_dir)
+    what = f"checkpoints up to {ckpts[-1].name}" if ckpts else "no checkpoint"
+    return what + (", finished: summary.json" if rundir.path(run_dir, rundir.SUMMARY).is_file() else "")
+
+
+def claim_run_dir(run_dir: str | Path, resume: bool, force: bool, log: Log = print) -> None:
+    """Say what a training command does with its run.dir, and refuse what would mix or lose a run:
+    resume (--resume) needs a checkpoint; a new run needs a run.dir that holds no run, unless force,
+    which deletes the old run's files (RUN_FILES; nothing else in the folder) before anything is read.
+    Every process of a distributed run calls it; the deletion is idempotent."""
+    run = Path(run_dir)
+    if resume and force:
+        raise ConfigError("--resume continues a run and --force starts it afresh: give one of them")
+    if resume:
+        if not checkpoint.list_checkpoints(run):
+            raise ConfigError(f"--resume {run}: no checkpoint in {run / rundir.CHECKPOINTS} ({describe_run(run)}) "
+                              f"to continue from; start the run again with `trmkit train CONFIG run.dir={run} --force`")
+        log(f"train: --resume {run} -> continuing from its newest checkpoint ({describe_run(run)})")
+        return
+    if not holds_run(run):
+        log(f"train: run.dir={run} holds no run -> a new run")
+        return
+    if not force:
+        raise ConfigError(f"run.dir={run} already holds a run ({describe_run(run)}): continue it with "
+                          f"`trmkit train --resume {run}`, train a new run with another run.dir=..., or add --force "
+                          "(force=True from Python) to start afresh there, deleting the old run's checkpoints, "
+                          "weights, summary and metrics")
+    log(f"train: --force -> the run in {run} ({describe_run(run)}) is deleted (its checkpoints, weights, summary, "
+        "metrics and report; other files stay) and a new run starts")
+    clear_run(run)
+
+
+def clear_run(run_dir: Path) -> None:
+    """Delete what a run wrote into run_dir (RUN_FILES), leaving anything else."""
+    for name in RUN_FILES:
+        path = rundir.path(run_dir, name)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def nothing_to_train(s: Session, log: Log = print) -> str | None:
+    """Why a resumed run trains no further step (it reached train.max_steps, or stopped early and its
+    patience is spent), said with how to train on; None when it has steps left."""
+    t, step, run = s.cfg.train, s.state.step, s.cfg.run.dir
+    early = chooses_by_held_out(s) and t.early_stop_evals and s.best["evals_since"] >= t.early_stop_evals
+    if step < t.max_steps and not early:
+        return None
+    if early:
+        why = (f"stopped early at step {step} ({t.best_metric} had not improved on {s.best['value']:.4f} of step "
+               f"{s.best['step']} for {t.early_stop_evals} evaluations)")
+        more = f"train.early_stop_evals={t.early_stop_evals + 2}"
+    else:
+        why, more = f"reached train.max_steps={t.max_steps} (step {step})", f"train.max_steps={step * 2}"
+    log(f"resume: {run} {why}: no step to train; to train on, resume with a larger limit, e.g. "
+        f"`trmkit train --resume {run} {more}`")
+    return why
 
 
 # --------------------------------------------------------------------------- loading and saving state

@@ -13,7 +13,6 @@ and `Run` (the plan, the peak meter, the memory guard, this process's place amon
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from trmkit.config import Config, ConfigError
 from trmkit.data.store import Split, open_split
 from trmkit.data.curriculum import RatedSampler
 from trmkit.data.generated import GeneratedStream, Sampler
+from trmkit.data.hints import MissingStore
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
@@ -36,6 +36,8 @@ from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
 from trmkit.train import depth
+from trmkit.train.data_identity import (check_store_unchanged, recorded_identity, same_path,
+                                        warn_if_unfingerprinted)
 from trmkit.train.init import init_from
 from trmkit.train import distributed as dist_mod
 from trmkit.train.distributed import SINGLE, World
@@ -85,6 +87,7 @@ class Session:
     scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
     objective: Objective | None = None  # makes its own batches instead of a store (train/objective.py)
     best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
+    started: float = 0.0  # perf_counter when prepare began: train.max_minutes counts the time before training
 
     def source(self):
         """What makes the batches, whose position goes into checkpoints: the stream or the objective."""
@@ -116,8 +119,10 @@ class Clock:
 # --------------------------------------------------------------------------- the store
 
 
-def open_splits(data_path: str, need_train: bool = True) -> tuple[Split | None, Split | None]:
-    """The store's train and test splits; a store built for evaluation only has no train split."""
+def open_splits(data_path: str, need_train: bool = True, task: str | None = None
+                ) -> tuple[Split | None, Split | None]:
+    """The store's train and test splits; a store built for evaluation only has no train split. A missing
+    one is a MissingStore naming how to build it, for `task` when known (a run's data_meta.json)."""
     root = Path(data_path)
     if not data_path:
         raise ConfigError("data.path is empty: build a store with `trmkit data TASK --out DIR` "
@@ -127,8 +132,7 @@ def open_splits(data_path: str, need_train: bool = True) -> tuple[Split | None, 
     if train is None and (need_train or test is None):
         what = ("it holds only a test split (built with --test-fraction 1, for `trmkit eval RUN --data DIR`)"
                 if test is not None else "no train/ or test/ split there")
-        raise ConfigError(f"data.path={root}: {what}; build a training store with "
-                          f"`trmkit data TASK --out DIR` (e.g. trmkit data sudoku --source generate --out {root})")
+        raise MissingStore(root, what, task)
     return train, test
 
 
@@ -194,23 +198,15 @@ def balanced_weights(cfg: Config, split: Split, log: Log) -> torch.Tensor:
     return torch.tensor(weights, dtype=torch.float32)
 
 
-def data_identity(split: Split) -> dict:
-    """What a store must share with the run's training store for the model to read it
-    (RUN_DIR/data_meta.json: the training store's task, vocabulary and shape, kept with the run)."""
-    m = split.meta
-    return {"task": m.task, "vocab": list(m.vocab), "seq_len": m.seq_len,
-            "num_puzzle_identifiers": m.num_puzzle_identifiers, "path": str(split.path.parent)}
-
-
-def check_data_matches(cfg: Config, split: Split, run_dir: Path) -> dict[str, int]:
-    """A store evaluated by a run must have its task, vocabulary and sequence shape; else a clear
-    error. A conv model has no positions: it reads a grid of any size, and the model fields that
-    change with it are returned ({} when nothing changes)."""
-    m, saved = split.meta, {}
-    try:
-        saved = json.loads(rundir.path(run_dir, rundir.DATA_META).read_text())
-    except (OSError, ValueError):
-        pass  # runs from before data_meta.json: the sizes in config.yaml are checked
+def check_data_matches(cfg: Config, split: Split, run_dir: Path, log: Log = print) -> dict[str, int]:
+    """A store evaluated by a run must have its task, vocabulary and sequence shape, and the run's own
+    store (the same path) must be unchanged since training; else a clear error. A conv model has no
+    positions: it reads a grid of any size, and the model fields that change with it are returned ({}
+    when nothing changes)."""
+    m, saved = split.meta, recorded_identity(run_dir)  # {}: a run from before data_meta.json, config.yaml's sizes
+    if same_path(saved.get("path", ""), split.path.parent):
+        check_store_unchanged(split.path.parent, run_dir, saved, log,
+                              "evaluate another store with --data, or train a new run on this one")
     want = {"task": saved.get("task", m.task), "vocab": saved.get("vocab", list(m.vocab)),
             "vocab_size": cfg.model.vocab_size, "seq_len": cfg.model.seq_len}
     have = {"task": m.task, "vocab": list(m.vocab), "vocab_size": m.vocab_size, "seq_len": m.seq_len}
@@ -269,14 +265,21 @@ def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool
     else:
         path = absolute_data_path(cfg.data.path, log)
         generated = cfg.data.stream == "generate"  # the store may then hold only the held-out split
-        data.train, data.test = open_splits(path, need_train=not (evaluate_only or generated))
+        data.train, data.test = open_splits(path, need_train=not (evaluate_only or generated),
+                                            task=rundir.task_of(cfg.run.dir) if evaluate_only else None)
         if evaluate_only:  # the run's config already holds the model's shape; the store must match it
-            fields = check_data_matches(cfg, data.test or data.train, Path(cfg.run.dir))
+            fields = check_data_matches(cfg, data.test or data.train, Path(cfg.run.dir), log)
             if fields:
                 log(f"eval: a conv model without positions reads this {fields['grid_height']} x "
                     f"{fields['grid_width']} grid with the weights it learned on {cfg.model.grid_height} x "
                     f"{cfg.model.grid_width}")
         else:
+            if saved:  # a resumed run goes on with the data it started on
+                check_store_unchanged(Path(path), Path(cfg.run.dir), recorded_identity(cfg.run.dir), log,
+                                      f"train a new run on it (another run.dir, or --force to start "
+                                      f"{cfg.run.dir} afresh)")
+            else:
+                warn_if_unfingerprinted(Path(path), None, log)
             fields = model_fields(data.train or data.test, cfg.model.mixer)
     model = dataclasses.replace(cfg.model, **fields)  # checked before the resume is looked at
     run = dataclasses.replace(cfg.run, dtype=resume_dtype(cfg.run.dtype, saved, log))
@@ -433,7 +436,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
     its checkpoint after it."""
-    meter = meter or PeakMeter().start()
+    started, meter = time.perf_counter(), meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
                           "(launch them without torchrun)")
@@ -463,4 +466,4 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             before_training(model, data.train, ctx.label_weights, log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
                    run=Run(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
-                   scorer=scorer, objective=objective)
+                   scorer=scorer, objective=objective, started=started)

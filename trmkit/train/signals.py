@@ -1,8 +1,11 @@
-"""Graceful stop on SIGINT/SIGTERM: finish the step, save, exit 0.
+"""Graceful stop on SIGINT/SIGTERM: finish the step, save, exit 128 + the signal's number.
 
 The first signal only sets a flag that the loop reads at the next step
-boundary. A second SIGINT restores the default behaviour and raises
-KeyboardInterrupt at once; checkpoints are written atomically, so stopping
+boundary; the run saves a checkpoint, says how to resume, and the command exits
+130 (SIGINT) or 143 (SIGTERM), as a shell reports a process those signals ended,
+so `trmkit train ... && trmkit eval ...` does not go on to an unfinished run.
+A second SIGINT restores the default behaviour and raises KeyboardInterrupt
+at once; checkpoints are written atomically, so stopping
 in the middle of a save cannot corrupt the previous ones.
 """
 
@@ -12,6 +15,17 @@ import signal
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+
+def exit_code(signal_name: str | None) -> int:
+    """The exit status of a run stopped by `signal_name`: 128 + its number (SIGINT 130, SIGTERM 143);
+    143 for a stop that came from another process of the run; 0 when nothing stopped it."""
+    if signal_name is None:
+        return 0
+    try:
+        return 128 + int(signal.Signals[signal_name])
+    except KeyError:
+        return 128 + int(signal.SIGTERM)
 
 
 class StopFlag:
