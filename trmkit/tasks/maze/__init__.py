@@ -34,7 +34,8 @@ says how many of those differ from the label.
 Rooms: generate.py (carve, shortest paths), data.py (text, checks, the CSV importer), build.py
 (`trmkit data maze`), sampler.py (fresh mazes with a curriculum, data.stream=generate),
 score.py (valid paths, path precision / recall, the loss against the base-rate bound),
-variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`), task.py (the learning-curve
+variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`), text.py (mazes and routes as
+`trmkit predict` reads and writes them), task.py (the learning-curve
 set and TASK, as sudoku/ and arc/ declare theirs).
 """
 
@@ -42,12 +43,14 @@ from __future__ import annotations
 
 from trmkit.tasks.maze.build import build
 from trmkit.tasks.maze.data import MazeError, MazeRow, check_answer, is_path, is_shortest_path, parse, read_csv, render
-from trmkit.tasks.maze.generate import (CHARS, GOAL, OPEN, PAD, PATH, START, VOCAB, WALL, carve,
-                                            default_min_path, distances, generate_maze, shortest_paths)
+from trmkit.tasks.maze.generate import (CHARS, GOAL, OPEN, PAD, PATH, START, VOCAB, WALL, NoMaze, carve,
+                                            default_min_path, distances, generate_maze, generate_within,
+                                            shortest_paths)
 from trmkit.tasks.maze.sampler import MazeSampler
 from trmkit.tasks.maze.score import MazeScorer
 from trmkit.tasks.maze.task import TASK, LearnSet
 
 __all__ = ["CHARS", "GOAL", "OPEN", "PAD", "PATH", "START", "VOCAB", "WALL", "LearnSet", "MazeError", "MazeRow",
            "MazeSampler", "MazeScorer", "TASK", "build", "carve", "check_answer", "default_min_path", "distances",
-           "generate_maze", "is_path", "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]
+           "NoMaze", "generate_maze", "generate_within",
+           "is_path", "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]

@@ -1,7 +1,7 @@
 """Your own puzzle as a task: `trmkit data pairs --source FILE.jsonl` and TASK.
 
 Metrics are the generic ones (cell and exact accuracy; blank-cell accuracy with --blank).
-A trained run answers new inputs with `trmkit predict RUN inputs.jsonl` (trmkit/predict.py).
+A trained run answers new inputs with `trmkit predict RUN inputs.jsonl` (trmkit/predict/).
 """
 
 from __future__ import annotations

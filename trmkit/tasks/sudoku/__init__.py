@@ -5,6 +5,7 @@ generate.py  the puzzle generator and the symmetry augmentation
 build.py     readers of text/CSV collections and the store builder (`build_sudoku`), ratings
 score.py     exact accuracy per rating band
 variants.py  the symmetries a test-time vote runs (`trmkit eval --vote`)
+text.py      puzzles and answers as `trmkit predict` reads and writes them, with the rules' verdict
 task.py      the task: `trmkit data sudoku` arguments, the learning-curve set, TASK
 """
 
