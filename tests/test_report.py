@@ -82,9 +82,9 @@ def test_list_runs_on_two_run_dirs(tmp_path):
     assert wide["steps"] == 40 and wide["hidden"] == 128 and not wide["finished"]
     table = format_runs(rows)
     lines = table.splitlines()
-    assert lines[0].split() == ["name", "task", "hidden", "layers", "cycles", "steps", "exact", "cell",
+    assert lines[0].split() == ["name", "task", "hidden", "layers", "cycles", "steps", "result",
                                 "samples/s", "wall", "date"]
-    assert "20.0%" in lines[2] and "3x6" in lines[2] and "1m20s" in lines[3]
+    assert "exact 20.0%, cell 70.0%" in lines[2] and "3x6" in lines[2] and "1m20s" in lines[3]
     assert lines[3].startswith("a-wide *") and lines[-1].startswith("* no summary.json")
     assert format_runs([]) == "no runs found"
 

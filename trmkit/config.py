@@ -477,9 +477,12 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path} (presets live in configs/)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): is it a config? A run's "
+                          "config.yaml is written by `trmkit train`: restore it or train the run again") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (run, model, data, train)")
     return from_dict(apply_overrides(raw, overrides or []), where=str(path))

@@ -180,6 +180,16 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+def write_figure(path: str | os.PathLike[str], figure: Any, dpi: int = 100) -> Path:
+    """A matplotlib figure as PNG at `path`, atomically: rendered in memory, then written as one file."""
+    import io
+
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", dpi=dpi)
+    atomic_write(path, buf.getbuffer())
+    return Path(path)
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)

@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from trmkit import rundir
-from trmkit.files import write_text
+from trmkit.config import ConfigError
+from trmkit.files import write_figure, write_text
 from trmkit.monitor import advise, format_duration, read_metrics, summarize
 
 # (file stem, title, metric names) -- each figure shows the series present.
@@ -55,6 +56,10 @@ PATH_FIGURES = (
     ("base_rate", "Open-cell loss / the base-rate bound (below 1: the model knows which cells)",
      ("eval/loss_over_base_rate",)),
 )
+# A classifier's headline (the e-mail task): validation macro-F1 at every evaluation, test at the end.
+CLASSIFY_FIGURES = (
+    ("macro_f1", "Macro-F1 (validation at each evaluation; test at the end)", ("val/macro_f1", "eval/macro_f1")),
+)
 # Figures that are drawn against both step and wall time (the rest: step only).
 TWO_AXES = ("loss", "accuracy")
 
@@ -82,14 +87,40 @@ def _metrics_path(run_dir: Path) -> Path:
     return path
 
 
+class DamagedRunFileError(ConfigError):
+    """A file of a run directory that exists but cannot be read (cut short, edited by hand)."""
+
+
+def _read_history(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (a torn last line skipped); a file that is not JSON lines is named."""
+    try:
+        history = read_metrics(path)
+    except (UnicodeDecodeError, TypeError) as err:  # binary bytes; a line that is JSON but not a record
+        raise DamagedRunFileError(f"{path} is damaged ({type(err).__name__}); `trmkit train` appends a JSON line "
+                                  "per logged step: restore it, or move it aside") from err
+    return history
+
+
 def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise DamagedRunFileError(f"{path} is damaged ({type(err).__name__}: {str(err)[:120]}); `trmkit train` "
+                                  f"writes it at the end of a run: move it aside to read the run from "
+                                  f"{rundir.METRICS} alone") from err
+    return data if isinstance(data, dict) else {}
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise DamagedRunFileError(f"{path} is damaged ({type(err).__name__}); `trmkit train` writes it when a "
+                                  "run starts: restore it, or move it aside to read the run without it") from err
     return data if isinstance(data, dict) else {}
 
 
@@ -115,6 +146,9 @@ def normalize_summary(raw: Mapping[str, Any], history: Sequence[Mapping[str, Any
     elif isinstance(rates, (int, float)):
         merged["samples_per_second"]["overall"] = rates
     merged["final_metrics"].update(final)
+    for key in [k for k in merged["final_metrics"] if f"eval/{k}" in merged["final_metrics"]
+                and not k.startswith(("train/", "eval/", "val/"))]:
+        del merged["final_metrics"][key]  # the trainer keeps each test result twice, bare and as eval/: once here
     if "advice" not in raw:
         merged["advice"] = advise(merged)
     return merged
@@ -162,7 +196,7 @@ def _plot_figure(history: Sequence[Mapping[str, Any]], stem: str, title: str,
         ax.legend(fontsize=8)
     fig.tight_layout()
     path = out_dir / f"{stem}.png"
-    fig.savefig(path, dpi=100)
+    write_figure(path, fig, dpi=100)
     plt.close(fig)
     return path
 
@@ -180,7 +214,7 @@ def write_report(run_dir: str | Path, plots: Plots | None = None) -> list[Path]:
 
     matplotlib.use("Agg")  # no display needed; set here, not at import time
     run_dir = Path(run_dir)
-    history = read_metrics(_metrics_path(run_dir))
+    history = _read_history(_metrics_path(run_dir))
     out_dir = rundir.path(run_dir, rundir.REPORT)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = normalize_summary(_read_json(rundir.path(run_dir, rundir.SUMMARY)), history)
@@ -191,7 +225,7 @@ def write_report(run_dir: str | Path, plots: Plots | None = None) -> list[Path]:
         absent += [k for k in keys if k not in present]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
-    for stem, title, keys in RL_FIGURES + PATH_FIGURES:  # only where the run has them: no "absent" list
+    for stem, title, keys in RL_FIGURES + PATH_FIGURES + CLASSIFY_FIGURES:  # only where the run has them
         present = [k for k in keys if _present(history, k)]
         if present:
             written.append(_plot_figure(history, stem, title, present, out_dir))
@@ -229,7 +263,7 @@ def steps_curve(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = out_dir / "eval_steps.png"
-    fig.savefig(out, dpi=110)
+    write_figure(out, fig, dpi=110)
     plt.close(fig)
     return [out], "\n".join(lines) + "\n"
 
@@ -298,15 +332,33 @@ RUN_COLUMNS = {
 def _first_line_time(path: Path) -> float | None:
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a damaged line is skipped, as a torn one
         for line in f:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if "time" in record:
+            if isinstance(record, dict) and "time" in record:
                 return float(record["time"]) - float(record.get("wall", 0.0))
     return None
+
+
+# Each task's headline metrics in the runs table (data_meta.json's "task"): (metric, label, format), the first
+# present shown; a task not listed (or a run from before data_meta.json) shows exact and cell accuracy.
+HEADLINES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "email": (("eval/macro_f1", "macro-F1", ".3f"), ("eval/accuracy", "accuracy", "pct")),
+    "maze": (("eval/valid_path_accuracy", "valid paths", "pct"), ("eval/exact_accuracy", "exact", "pct")),
+    "selfplay-code": (("eval/solve_rate/nontrivial", "solve nontrivial", ".3f"), ("eval/solve_rate", "solve", ".3f")),
+    "email-mlm": (("eval/cell_accuracy", "masked tokens", "pct"),),
+}
+DEFAULT_HEADLINE = (("eval/exact_accuracy", "exact", "pct"), ("eval/cell_accuracy", "cell", "pct"))
+
+
+def headline(task: str | None, final: Mapping[str, Any]) -> str:
+    """The task's own result in a few words: "macro-F1 0.942, accuracy 95.1%", "exact 63.6%, cell 94.8%"."""
+    parts = [f"{label} {_cell(final[key], spec)}" for key, label, spec in HEADLINES.get(task or "", DEFAULT_HEADLINE)
+             if isinstance(final.get(key), (int, float))]
+    return ", ".join(parts) or "-"
 
 
 def _run_row(run_dir: Path) -> dict[str, Any]:
@@ -318,7 +370,7 @@ def _run_row(run_dir: Path) -> dict[str, Any]:
     if row["task"] is not None and "/" in str(row["task"]):
         row["task"] = Path(str(row["task"])).name  # data.path -> the dataset's directory name
     metrics = rundir.path(run_dir, rundir.METRICS)
-    history = read_metrics(metrics) if not raw and metrics.is_file() else []  # unfinished run
+    history = _read_history(metrics) if not raw and metrics.is_file() else []  # unfinished run
     summary = normalize_summary(raw, history)
     final = summary["final_metrics"]
     rates = summary["samples_per_second"]
@@ -326,6 +378,7 @@ def _run_row(run_dir: Path) -> dict[str, Any]:
         steps=summary.get("steps"),
         exact_accuracy=final.get("eval/exact_accuracy"),
         cell_accuracy=final.get("eval/cell_accuracy"),
+        result=headline(rundir.task_of(run_dir), final),
         samples_per_second=rates["median"] if rates["median"] is not None else rates["overall"],
         wall_seconds=summary.get("wall_seconds"),
         started_at=summary.get("started_at") or _first_line_time(metrics),
@@ -336,13 +389,21 @@ def _run_row(run_dir: Path) -> dict[str, Any]:
 
 def list_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per run directory under root (any directory with summary.json,
-    config.yaml or metrics.jsonl), oldest first."""
+    config.yaml or metrics.jsonl), oldest first; a run whose files cannot be read is a row
+    with its name, path and "error" (the file and why), after the others."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"no runs directory at {root}")
+        kind = "is not a folder" if root.exists() else "does not exist"
+        raise ConfigError(f"{root} {kind}: give the folder that holds your run directories "
+                          "(`trmkit runs DIR`; without DIR, ./runs)")
     dirs = [d for d in sorted(root.iterdir()) if d.is_dir() and rundir.is_run_dir(d)]
-    rows = [_run_row(d) for d in dirs]
-    return sorted(rows, key=lambda r: (r["started_at"] is None, r["started_at"] or 0.0, r["name"]))
+    rows, broken = [], []
+    for d in dirs:
+        try:
+            rows.append(_run_row(d))
+        except (DamagedRunFileError, OSError, UnicodeDecodeError) as err:
+            broken.append({"name": d.name, "path": str(d), "error": str(err), "started_at": None})
+    return sorted(rows, key=lambda r: (r["started_at"] is None, r["started_at"] or 0.0, r["name"])) + broken
 
 
 def _cell(value: Any, spec: str = "") -> str:
@@ -355,10 +416,12 @@ def _cell(value: Any, spec: str = "") -> str:
 
 def format_runs(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows of list_runs as a fixed-width text table."""
+    broken = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
+    unreadable = [f"unreadable: {r['name']}: {r['error']}" for r in broken]
     if not rows:
-        return "no runs found"
-    header = ("name", "task", "hidden", "layers", "cycles", "steps", "exact", "cell",
-              "samples/s", "wall", "date")
+        return "\n".join(["no runs found"] + unreadable)
+    header = ("name", "task", "hidden", "layers", "cycles", "steps", "result", "samples/s", "wall", "date")
     table = [header]
     for r in rows:
         cycles = "-" if r.get("cycles") is None else f"{r['cycles']}x{_cell(r.get('l_cycles'))}"
@@ -367,7 +430,8 @@ def format_runs(rows: Sequence[Mapping[str, Any]]) -> str:
         name = r["name"] + ("" if r.get("finished", True) else " *")
         table.append((
             name, _cell(r.get("task")), _cell(r.get("hidden")), _cell(r.get("layers")), cycles,
-            _cell(r.get("steps")), _cell(r.get("exact_accuracy"), "pct"), _cell(r.get("cell_accuracy"), "pct"),
+            _cell(r.get("steps")), r.get("result") or headline(None, {"eval/exact_accuracy": r.get("exact_accuracy"),
+                                                                    "eval/cell_accuracy": r.get("cell_accuracy")}),
             _cell(r.get("samples_per_second"), ".0f"), format_duration(r.get("wall_seconds")), date,
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -375,4 +439,4 @@ def format_runs(rows: Sequence[Mapping[str, Any]]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     if any(not r.get("finished", True) for r in rows):
         lines.append(f"* no {rundir.SUMMARY} yet: still running, or stopped early")
-    return "\n".join(lines)
+    return "\n".join(lines + unreadable)

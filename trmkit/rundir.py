@@ -22,6 +22,7 @@ trainer and the applications can all name the same files.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +66,36 @@ def is_run_dir(folder: str | os.PathLike[str]) -> bool:
     return any((Path(folder) / name).is_file() for name in MARKERS)
 
 
+def task_of(run_dir: str | os.PathLike[str]) -> str | None:
+    """The task a run was trained on (data_meta.json's "task": "sudoku", "email", "selfplay-code", ...);
+    None for a folder without a readable data_meta.json (not a run, or one from before the file)."""
+    try:
+        task = json.loads(path(run_dir, DATA_META).read_text(encoding="utf-8")).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return task if isinstance(task, str) else None
+
+
+def check_task(run_dir: str | os.PathLike[str], expected: str, instead: str) -> None:
+    """Nothing where the run was trained on the task `expected` (or predates data_meta.json); else a ConfigError
+    "RUN is a pairs run, not `instead`"."""
+    task = task_of(run_dir)
+    if task is not None and task != expected:
+        raise ConfigError(f"{run_dir} is a {task} run, not {instead}")
+
+
+class DamagedWeightsError(ConfigError):
+    """A weights file that exists but does not read as safetensors (cut short, overwritten)."""
+
+    def __init__(self, file: Path, reason: str, fix: str):
+        super().__init__(f"{file} is damaged ({reason}); {fix}")
+        self.path, self.reason = file, reason
+
+
+DAMAGED_WEIGHTS = ("they are written at the end of `trmkit train`: train the run again, or evaluate one of its "
+                   "checkpoints (`trmkit eval RUN --checkpoint STEP`)")
+
+
 def weights_file(source: str | os.PathLike[str]) -> Path:
     """The weights of a run directory, or `source` itself when it is a .safetensors file."""
     source = Path(source)
@@ -77,14 +108,28 @@ def load_weights(model: "torch.nn.Module", source: str | os.PathLike[str], devic
 
     Missing or unexpected keys are an error that names them: a file written for another model
     shape never loads half-way."""
-    from safetensors.torch import load_file
-
     file = weights_file(source)
     if not file.is_file():
         raise ConfigError(f"{file} not found: {what}")
-    tensors = current_names(load_file(str(file), device=str(device)))  # written before a rename: current names
+    tensors = read_weights(file, device)
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     if missing or unexpected:
         raise ConfigError(f"{file} does not fit this model: missing {sorted(missing)[:5]}, "
                          f"unexpected {sorted(unexpected)[:5]} (was it written for another config?)")
     return file
+
+
+def read_weights(file: Path, device: "str | torch.device" = "cpu") -> dict[str, "torch.Tensor"]:
+    """The tensors of a weights file under their current names; DamagedWeightsError where it is not safetensors."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(file), device=str(device))
+    except SafetensorError as err:  # cut short, overwritten by something else: not safetensors
+        raise DamagedWeightsError(file, _reason(err), DAMAGED_WEIGHTS) from err
+    return current_names(tensors)  # written before a rename: current names
+
+
+def _reason(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else 'unreadable'}"

@@ -6,8 +6,8 @@ MFU = the training step's matmul FLOP/s / the machine's own GEMM peak (square
 torch.matmul, same process, same threads). A peak sample is taken before the
 first timed step and after each one, so every step has its own ratio to the
 peak samples on either side of it (mfu_steps), taken under the same load.
-The headline MFU is the median of those ratios (the issue asks for the
-bench's median; pairing each step with its neighbouring peak cancels most of
+The headline MFU is the median of those ratios (a median resists
+the odd slow step; pairing each step with its neighbouring peak cancels most of
 a shared machine's slow-downs). Also reported: mfu_best = (FLOPs per step /
 fastest step) / best peak sample (load only ever adds time, so these two are
 the estimates closest to a quiet machine) and the median step's throughput
@@ -31,7 +31,7 @@ import torch
 from trmkit.bench.flops import FlopCount
 from trmkit.bench.memory import MB, peak_rss_bytes
 from trmkit.config import Config, ConfigError
-from trmkit.files import write_json
+from trmkit.files import UnsafeTargetError, check_overwrite, write_json
 
 BENCH_FORMAT = 2  # bump when the meaning of a key changes; compare() refuses other versions
 
@@ -170,8 +170,27 @@ def save_result(result: dict[str, Any], path: str | Path) -> None:
     write_json(path, result, indent=2)
 
 
+def check_save(path: str | Path, force: bool) -> None:
+    """Before the run: --save may replace an earlier saved result (bench_format and comparable in it), an
+    other file only with --force (files.check_overwrite)."""
+    def saved_result(p: Path) -> bool:
+        try:
+            return {"bench_format", "comparable"} <= set(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return False
+
+    try:
+        check_overwrite(path, force, saved_result, "--save", "a benchmark result")
+    except UnsafeTargetError as err:
+        raise ConfigError(str(err)) from err
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"baseline {path} not found: write one with `trmkit bench CONFIG --save {path}`")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ConfigError(f"baseline {path} is damaged ({type(err).__name__}): write it again with "
+                          f"`trmkit bench CONFIG --save {path}`") from err

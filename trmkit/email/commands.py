@@ -13,7 +13,9 @@ from pathlib import Path
 from trmkit import rundir
 from trmkit.config import ConfigError
 from trmkit.email import halting, label_command, pretrain_command
-from trmkit.files import UnsafeTargetError, atomic_open, check_output, write_json
+from trmkit.email.outputs import (email_store_meta, guard_new_output, guard_output, is_baseline_result,
+                                 is_predictions, model_reads)
+from trmkit.files import UnsafeTargetError, atomic_open, write_json
 
 WORKER_MIN_BYTES = 1 << 20  # an mbox (or message file) smaller than this is classified without workers
 KEPT_FREED_BYTES = 256 << 20  # predict's C allocator keeps this much freed memory at the heap's top for reuse
@@ -58,8 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("baseline", help="TF-IDF + logistic regression on the store's exact split")
     s.add_argument("data", help="an e-mail store built by `trmkit data email`")
     s.add_argument("--run", default=None, help="a run trained on it: print its test metrics beside")
-    s.add_argument("--out", default=None, help="write the JSON result (every prediction) to this file, atomically, "
-                                               "instead of standard output; the table goes to standard error")
+    s.add_argument("--json", "--out", dest="out", default=None, metavar="FILE",
+                   help="also write the whole result as JSON (every prediction, the intervals) to FILE, atomically; "
+                        "the table then goes to standard error (default: the table alone, on standard output)")
+    s.add_argument("--force", action="store_true", help="let --out replace an existing file that is not an earlier "
+                                                        "result of this command")
     label_command.add_arguments(sub)
     pretrain_command.add_arguments(sub)
 
@@ -69,7 +74,10 @@ def _add_predict(sub) -> None:
     s.add_argument("model", help="a bundle (trmkit email export) or a finished run directory")
     s.add_argument("inputs", nargs="+", help=".eml file, folder, Maildir, mbox(.gz), CSV/JSONL, or - (stdin)")
     s.add_argument("--format", default="auto", help="input format (auto: detected per input)")
-    s.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of stdout")
+    s.add_argument("--out", default=None, help="write the JSON lines here (atomically) instead of stdout; an "
+                                               "existing file is replaced only if it holds predictions")
+    s.add_argument("--force", action="store_true", help="let --out replace an existing file that is not an earlier "
+                                                        "predictions file (weights, a mailbox, ...)")
     s.add_argument("--batch", type=int, default=256, help="messages per model batch")
     s.add_argument("--no-halt", action="store_true", help="run every message through all N_sup steps")
     s.add_argument("--threshold", action="append", default=[], metavar="[CLASS=]P",
@@ -110,7 +118,10 @@ def input_messages(inputs: list[str], fmt: str, report):
             continue
         if not Path(source).exists():
             raise ConfigError(f"{source}: no such file or folder")
-        yield from iter_messages(source, fmt, "folder", report)
+        try:
+            yield from iter_messages(source, fmt, "folder", report)
+        except ValueError as err:  # an input the readers cannot decode (a CSV in another encoding): named, with its fix
+            raise ConfigError(str(err)) from err
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -119,7 +130,8 @@ def run_predict(args: argparse.Namespace) -> int:
     from trmkit.hardware.memory import PeakMeter
 
     meter = PeakMeter().start()
-    out_path = guard_output(args.out, [*args.inputs, *model_reads(args.model)]) if args.out else None
+    out_path = guard_new_output(args.out, [*args.inputs, *model_reads(args.model)], args.force, is_predictions,
+                                "a predictions file") if args.out else None
     cpu = probe_cpu()
     report = ImportReport(source=", ".join(args.inputs), unit="messages")
     t0 = time.perf_counter()
@@ -340,32 +352,12 @@ def write_lines(sink, results) -> int:
     return n
 
 
-def guard_output(out: str, reads: list, flag: str = "--out", inside_ok: tuple = ()) -> Path:
-    """`out` as a Path, unless writing it could destroy what the command reads (files.check_output)."""
-    try:
-        return check_output(out, reads, flag, inside_ok)
-    except UnsafeTargetError as err:
-        raise ConfigError(str(err)) from err
-
-
-def model_reads(model: str) -> list[Path]:
-    """What loading `model` reads: the bundle or run folder, and a run's store."""
-    import yaml
-
-    path = Path(model)
-    reads = [path]
-    config = rundir.path(path, rundir.CONFIG)
-    if config.is_file():
-        try:
-            reads.append(Path(yaml.safe_load(config.read_text())["data"]["path"]))
-        except (yaml.YAMLError, KeyError, TypeError):
-            pass  # a damaged config is named when the run is loaded
-    return reads
-
-
 def run_export(args: argparse.Namespace) -> int:
     from trmkit.email.bundle import export
 
+    if not rundir.path(args.run_dir, rundir.CONFIG).is_file():
+        raise ConfigError(f"{args.run_dir}: no {rundir.CONFIG} there; give a run directory written by `trmkit train` "
+                          "on an e-mail store")
     guard_output(args.out, model_reads(args.run_dir), inside_ok=(args.run_dir,))
     try:
         out = export(args.run_dir, args.out, log=print)
@@ -403,8 +395,9 @@ def run_baseline(args: argparse.Namespace) -> int:
     from trmkit.email.baseline import run_baseline as baseline
 
     data = Path(args.data)
-    out = guard_output(args.out, [data, *(model_reads(args.run) if args.run else [])]) if args.out else None
-    meta = json.loads((data / "train" / META_FILE).read_text())
+    out = guard_new_output(args.out, [data, *(model_reads(args.run) if args.run else [])], args.force,
+                           is_baseline_result, "a baseline result") if args.out else None
+    meta = email_store_meta(data, META_FILE)
     classes = meta.get("classes", [])
     train_x, train_y = store_texts(data, "train")  # a --keep-labels store's train/ holds the labelled only
     test_x, test_y = store_texts(data, "test")
@@ -417,14 +410,14 @@ def run_baseline(args: argparse.Namespace) -> int:
         result["trm"] = trm.get("summary", trm)
         for key in BASELINES:
             result[key.replace("baseline", "trm_minus_baseline")] = paired_difference(trm, result[key], classes)
-    if out is None:
-        print(json.dumps(result, indent=2))
-    else:
-        try:
-            write_json(out, result)
-        except UnsafeTargetError as err:
-            raise ConfigError(f"--out {err}") from err
-    _stderr(side_by_side(result, classes) + (f"\nthe whole result (JSON): {out}" if out else ""))
+    if out is None:  # the answer is the table; the JSON (2,000+ lines of predictions) only with --json FILE
+        print(side_by_side(result, classes) + "\nthe whole result as JSON: --json FILE")
+        return 0
+    try:
+        write_json(out, result)
+    except UnsafeTargetError as err:
+        raise ConfigError(f"--json {err}") from err
+    _stderr(side_by_side(result, classes) + f"\nthe whole result (JSON): {out}")
     return 0
 
 

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from trmkit.config import ConfigError
+from trmkit.email.outputs import guard_new_output, is_proposals_csv
 from trmkit.files import UnsafeTargetError, check_output
 
 
@@ -34,6 +35,8 @@ def add_arguments(sub) -> None:
     s.add_argument("--apply", action="store_true",
                    help="write --out NEW_STORE: the answered messages moved to train/ with their labels")
     s.add_argument("--out", default=None, help="with --apply: the new store's folder")
+    s.add_argument("--force", action="store_true", help="let --csv-out replace an existing file that is not an "
+                                                        "earlier proposals CSV")
 
 
 def run(args: argparse.Namespace, read=None) -> int:
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace, read=None) -> int:
     if args.answers:
         label_ask.read_csv(pool, answers, Path(args.answers), path)
     elif args.csv_out:
-        out = _guard(args.csv_out, [pool.store])
+        out = guard_new_output(args.csv_out, [pool.store], args.force, is_proposals_csv, "a proposals CSV", "--csv-out")
         label_ask.write_csv(pool, label.propose(pool, answers, args.count), out)
         print(f"label: {args.count} proposals written to {out}: fill its label column (a class: "
               f"{', '.join(pool.classes)}, its number, or s to skip), then `trmkit email label {pool.store} "

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trmkit import rundir
+from trmkit.files import write_figure
 from trmkit.tasks.classify.metrics import PROB_FNS, expected_calibration_error, reliability_bins
 from trmkit.tasks.classify.scorer import read_classification
 
@@ -84,7 +85,7 @@ def _plot_confusion(data: Mapping[str, Any], out_dir: Path) -> Path:
                  f"macro-F1 {summary['macro_f1']:.3f}", fontsize=10)
     fig.tight_layout()
     path = out_dir / "confusion.png"
-    fig.savefig(path, dpi=100)
+    write_figure(path, fig, dpi=100)
     plt.close(fig)
     return path
 
@@ -124,7 +125,7 @@ def _plot_reliability(data: Mapping[str, Any], calibration: Mapping[str, Any], o
     counts.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path = out_dir / "reliability.png"
-    fig.savefig(path, dpi=100)
+    write_figure(path, fig, dpi=100)
     plt.close(fig)
     return path
 

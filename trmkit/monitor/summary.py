@@ -159,8 +159,9 @@ def _fmt(value: Any, spec: str = ".4g", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """The summary as a few human-readable lines, advice last."""
+def format_summary(summary: Mapping[str, Any], final_line: bool = True) -> str:
+    """The summary as a few human-readable lines, advice last; final_line=False leaves the metrics'
+    `final:` line to the caller (training prints its own, with the summary's path)."""
     rates = summary.get("samples_per_second_stats") or summary.get("samples_per_second") or {}
     rates = rates if isinstance(rates, Mapping) else {"overall": rates}
     lines = [
@@ -186,7 +187,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     final = summary.get("final_metrics") or {}
     evals = {k: v for k, v in final.items() if k.startswith("eval/")} or final
     shown = {k: v for k, v in evals.items() if _headline(k)}
-    if shown:
+    if shown and final_line:
         more = f" ({len(evals) - len(shown)} more in summary.json)" if len(shown) < len(evals) else ""
         lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items())) + more)
     lines += [f"warning: {w}" for w in summary.get("throughput_warnings") or []]

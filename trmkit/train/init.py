@@ -23,7 +23,6 @@ import torch
 
 from trmkit import rundir
 from trmkit.config import ConfigError
-from trmkit.names import current_names
 
 Log = Callable[[str], None]
 NETWORK = "net."  # the shared network's tensors: at least one of them must be read
@@ -31,15 +30,13 @@ NETWORK = "net."  # the shared network's tensors: at least one of them must be r
 
 def init_from(model: torch.nn.Module, ema, source: str, vocab: list[str], log: Log) -> None:
     """Copy `source`'s matching tensors into `model` (and into the EMA's shadow, which starts from them)."""
-    from safetensors.torch import load_file
-
     run = Path(source)
     weights = rundir.weights_file(run)
     if not weights.is_file():
         raise ConfigError(f"train.init_from={source}: {weights} not found; let that run finish first "
                           "(`trmkit train --resume` it), or name a finished run")
     check_vocabulary(run, vocab, source)
-    tensors = current_names(load_file(str(weights)))
+    tensors = rundir.read_weights(weights)
     own = model.state_dict()
     taken = [k for k, v in tensors.items() if k in own and own[k].shape == v.shape]
     if not any(k.startswith(NETWORK) for k in taken):
