@@ -14,3 +14,4 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 .venv/bin/pip install --quiet -e ".[test]"
 .venv/bin/python -c "import torch, trmkit; print(f'trmkit {trmkit.__version__}, torch {torch.__version__}')"
+echo "ready: run 'source .venv/bin/activate' once per shell, then 'trmkit --help' (or call .venv/bin/trmkit directly)"

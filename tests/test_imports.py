@@ -12,6 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "trmkit"
 
 LAYER = {
+    "trmkit.version": -1,  # a leaf: the package's version, read by the front door and by checkpoints
     "trmkit.names": -0.5,  # former key names: below the config, which reads configs through it
     "trmkit": 0, "trmkit.config": 0, "trmkit.files": 0, "trmkit.procs": 0,
     "trmkit.rundir": 0.5,
@@ -21,7 +22,7 @@ LAYER = {
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
     "trmkit.predict": 4,
-    "trmkit.registry": 4.5, "trmkit.api": 4.7,
+    "trmkit.registry": 4.5, "trmkit.api": 4.7, "trmkit.errors": 4.8,
     "trmkit.cli": 5, "trmkit.__main__": 6,
 }
 SIBLINGS_APART = [("trmkit.model", "trmkit.data")]

@@ -7,7 +7,7 @@
 The functions (trmkit/api.py) load on first use: `import trmkit` itself does no work.
 """
 
-__version__ = "0.1.0"
+from trmkit.version import __version__
 
 _API = ("build_data", "fit", "evaluate", "load", "classify_mail", "Run")
 __all__ = ["__version__", *_API]

@@ -176,11 +176,12 @@ def test_serve_classifies_real_mail_over_http(trained):
         thread.join(5)
 
 
-def test_baseline_runs_on_the_same_split(trained, capsys):
+def test_baseline_runs_on_the_same_split(trained, tmp_path, capsys):
     tmp, _ = trained
-    assert cli.main(["email", "baseline", str(tmp / "store"), "--run", str(tmp / "run")]) == 0
+    assert cli.main(["email", "baseline", str(tmp / "store"), "--run", str(tmp / "run"),
+                     "--json", str(tmp_path / "baseline.json")]) == 0
     captured = capsys.readouterr()
-    result = json.loads(captured.out)
+    result = json.loads((tmp_path / "baseline.json").read_text())
     test_n = json.loads((tmp / "store" / "test" / "meta.json").read_text())["num_examples"]
     assert result["baseline"]["n"] == test_n == result["trm"]["n"] == result["baseline_balanced"]["n"]
     assert result["baseline"]["settings"]["class_weight"] is None

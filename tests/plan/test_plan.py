@@ -440,10 +440,22 @@ def test_fused_inference_is_chosen_for_bf16_on_the_cpu_without_compile(monkeypat
     assert broken.value is False and "not available" in broken.reason
 
 
-def test_threads_leave_the_cores_other_processes_keep_busy(hw):
-    cores = hw.cpu.effective_cores
+def _with_cores(hw, cores: int):
+    """The probed machine with `cores` usable cores (as CPU affinity would leave), whatever this one has."""
+    return dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, effective_cores=cores,
+                                                           effective_source="CPU affinity"))
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_threads_leave_the_cores_other_processes_keep_busy(hw, cores):
+    hw = _with_cores(hw, cores)  # the same on a one-core container (taskset -c 0) as on a laptop
     assert device.choose_threads(0, hw)[0].value == cores
     assert device.choose_threads(0, hw, others_busy=0.3)[0].value == cores  # a blip is not a busy core
     loaded = device.choose_threads(0, hw, others_busy=float(cores))  # every core busy: one thread, not a stall
     assert loaded[0].value == 1 and "busy" in loaded[0].reason
     assert device.choose_threads(3, hw, others_busy=float(cores))[0].value == 3  # the config's word stands
+
+
+def test_one_usable_core_is_one_thread_busy_or_not(hw):
+    alone = device.choose_threads(0, _with_cores(hw, 1), others_busy=1.0)[0]
+    assert alone.value == 1 and alone.reason == "one per usable core (1, from CPU affinity)"

@@ -4,7 +4,7 @@ Settings are fixed, not tuned on the test split: word 1-2-grams, lowercase,
 sublinear tf, min_df=2; LogisticRegression with C=10, max_iter=2000, no class
 weights. `trmkit email baseline` also runs it with class_weight="balanced" (the
 weighting the e-mail presets train the TRM with), which was the stronger of the
-two on all three corpora measured (docs/email.md): the bar a
+two on all three corpora measured (docs/results.md): the bar a
 TRM has to clear is the better of the two. The text is what the TRM sees, subject + sender + body
 (`message_text`). The numbers come from `tasks.classify.metrics.summary_metrics`, the
 same code that scores the TRM, so the two sides are comparable line by line.
@@ -12,10 +12,10 @@ same code that scores the TRM, so the two sides are comparable line by line.
 Numbers, stratified 80/20 split (`stratified_split`), seed 0:
 - Turkish trspam, all 825 labelled rows, text only: accuracy 0.921, macro-F1
   0.915 (seeds 0-4: macro-F1 0.915-0.955, mean 0.937); tests/email/test_baseline.py
-  runs this. An earlier measurement with another split reported 0.969 / 0.965:
-  with 165 test messages one split moves macro-F1 by several points.
-- SpamAssassin easy-ham/hard-ham/spam, exact-duplicate bodies removed: an
-  earlier measurement (5,951 messages) reported accuracy 0.982, macro-F1 0.932,
+  runs this. Another split gave 0.969 / 0.965: with 165 test messages one split
+  moves macro-F1 by several points.
+- SpamAssassin easy-ham/hard-ham/spam, exact-duplicate bodies removed: a
+  measurement on 5,951 messages gave accuracy 0.982, macro-F1 0.932,
   hard-ham F1 0.822; with a rough stdlib parser (5,799 messages) this module
   gave 0.978 / 0.916 / 0.785. Hard-ham has about 50 test messages, so its F1
   is the noisiest number.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, fields
@@ -49,6 +50,8 @@ MODEL_CARD_FILE = "model_card.md"
 FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, LABELS_FILE, CALIBRATION_FILE, MODEL_CARD_FILE)
 FORMAT = "trmkit-email-bundle/1"
 NO_WEIGHTS = "train the run to the end first (`trmkit train`)"
+NOT_EMAIL = ("an e-mail run or bundle: give a run trained on `trmkit data email` (or its bundle, `trmkit email export "
+             "RUN --out BUNDLE`); `trmkit predict RUN INPUTS` answers with other runs")
 _COPY_CHUNK = 1 << 20
 UNCERTAIN = "uncertain"  # the label of a prediction under its class's threshold
 DTYPE_PROBE_ROWS = 32  # messages the dtype measurement runs (twice per dtype): a cheap, representative slice
@@ -94,9 +97,13 @@ def run_files(run_dir: Path) -> tuple[dict, Path, dict]:
 def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
     """Write BUNDLE from a finished run; atomic (a hidden sibling renamed into place)."""
     run_dir, out = Path(run_dir), Path(out)
+    rundir.check_task(run_dir, NAME, NOT_EMAIL)
     with damaged("the run's files come from `trmkit train`, its store's from `trmkit data email`: rebuild the "
                  "damaged one"):
         cfg, train, meta = run_files(run_dir)
+        for name in (rundir.CLASSIFICATION, rundir.CALIBRATION):  # read below by calibrate and the model card
+            if rundir.path(run_dir, name).is_file():
+                read_json(rundir.path(run_dir, name))
     if meta.get("task") != NAME or not meta.get("classes"):
         raise ConfigError(f"{run_dir}: trained on a {meta.get('task')!r} store; export takes an e-mail run")
     weights = rundir.path(run_dir, rundir.WEIGHTS)
@@ -109,10 +116,15 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
     config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta),
               "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
+    start = time.perf_counter()
+    log(f"export: 1/3 loading the model and fitting when a sure answer stops a message early (up to "
+        f"{halting.FIT_MESSAGES} held-out messages, every supervision step)")
     clf = Classifier.load(run_dir, dtype="float32")
-    cal.halt_probability, cal.halt_fitted_on = clf.halt_probability, clf.halt_fitted_on
+    cal.halt_probability, cal.halt_fitted_on = clf.halt_probability, portable(clf.halt_fitted_on, train.parent)
     log(f"halting: {halting.describe(clf.halt_probability, clf.halt_fitted_on)}")
+    log(f"export: 2/3 the test split as `email predict` runs it, for the card ({time.perf_counter() - start:.0f} s)")
     as_run = measure_as_predict_runs(clf, train.parent, meta["classes"], log)
+    log(f"export: 3/3 writing the bundle ({time.perf_counter() - start:.0f} s so far)")
     texts = {CONFIG_FILE: json.dumps(config, indent=2, default=str), LABELS_FILE: json.dumps(meta["classes"]),
              CALIBRATION_FILE: json.dumps(asdict(cal), indent=2),
              MODEL_CARD_FILE: model_card(run_dir, cfg, meta, cal, as_run)}
@@ -175,17 +187,24 @@ def measure_as_predict_runs(clf: "Classifier", store: Path, classes: list[str], 
     return result
 
 
+def portable(text: str, store: Path) -> str:
+    """`text` without this machine's path of the store: ".../sa3/val" -> "the store's val split"."""
+    for root in dict.fromkeys((str(store), str(Path(store).resolve()))):
+        text = re.sub(re.escape(root) + r"/(\w+)", r"the store's \1 split", text).replace(root, "the store")
+    return text
+
+
 def model_card(run_dir: Path, cfg: dict, meta: dict, cal: Calibration, as_run: dict | None = None) -> str:
     """Markdown: the model, its data, the test metrics as `email predict` gets them (halting), and
     as measured at the end of training (all N_sup steps)."""
     test = json.loads(rundir.path(run_dir, rundir.CLASSIFICATION).read_text())
     summary = test.get("summary", {})
-    m, d = cfg["model"], meta["build"].get("dataset", {})
+    m, d, source = cfg["model"], meta["build"].get("dataset", {}), Path(str(meta["source"]))
     lines = [
         "# trmkit e-mail classifier", "",
         f"A Tiny Recursive Model (mixer {m['mixer']}, D={m['hidden_size']}, {m['L_layers']} layers, "
         f"T={m['H_cycles']}, n={m['L_cycles']}, N_sup={m['halt_max_steps']}) reading {reads(meta)} per message, "
-        f"trained with trmkit on `{meta['source']}`.", "",
+        f"trained with trmkit on `{source.name if source.is_absolute() else source}`.", "",  # not this machine's path
         f"- classes: {', '.join(meta['classes'])}",
         f"- split: {meta['build'].get('split')} (seed {meta['build'].get('seed')}); sizes "
         f"{d.get('split_sizes', '?')}",
@@ -235,6 +254,8 @@ def reading(path: Path, read):
     """read(path), or _Unreadable naming `path` when its contents are not what they should be."""
     try:
         return read(path)
+    except rundir.DamagedWeightsError as err:  # the fix is the bundle's or run's own: `damaged` adds it
+        raise _Unreadable(err.path, err.reason) from err
     except (ConfigError, FileNotFoundError):
         raise
     except Exception as err:  # noqa: BLE001 - JSON, UTF-8, safetensors, tokenizers: all name the file
@@ -347,6 +368,7 @@ class Classifier:
 
     @classmethod
     def _from_run(cls, run_dir: Path, **kwargs) -> "Classifier":
+        rundir.check_task(run_dir, NAME, NOT_EMAIL)
         cfg, train, meta = run_files(run_dir)
         fitted = rundir.path(run_dir, rundir.CALIBRATION)
         if not fitted.is_file() and rundir.path(run_dir, rundir.CLASSIFICATION).is_file():

@@ -12,11 +12,11 @@ training split, to the optimum of
 objective as scikit-learn's LogisticRegression on a multi-hot matrix), by full-batch L-BFGS, and then
 frozen (buffers, not parameters). idf features (model.input_linear_weighting=idf): idf_j =
 log((1 + N) / (1 + df_j)) + 1 counted over the N training bags, as the baseline reads its words. On
-the word bag (docs/email.md, the word-bag measurement) the idf features fitted with C=10 reach the
+the word bag (docs/results.md) the idf features fitted with C=10 reach the
 class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay 0.02 under it.
 
 Why fitted and not trained with the rest: on a few hundred messages the same linear model trained
-by Adam beside the recursion stops well short of that optimum and generalises worse (docs/email.md).
+by Adam beside the recursion stops well short of that optimum and generalises worse (docs/results.md).
 
 Out of fold (model.input_linear_folds = K >= 2): the fitted model classifies its own training split
 almost perfectly, so the recursion, trained on those logits, sees few errors to learn from; K more
@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from trmkit.config import ConfigError
+from trmkit.email.progress import slow_steps
 from trmkit.model.input_linear import Features, fold_of, values_of
 
 Log = Callable[[str], None]
@@ -82,7 +83,7 @@ def _unlabelled_ids(cfg, train, log: Log) -> np.ndarray | None:
     if cfg.input_linear_unlabelled == "off":
         log(f"model: input_linear fits the labelled messages only; model.input_linear_unlabelled=em would also "
             f"read the {path} messages (naive Bayes by EM: above TF-IDF + LR on SpamAssassin and Turkish, below "
-            "it on the mailing lists, docs/email.md)")
+            "it on the mailing lists, docs/results.md)")
         return None
     return ids_of(open_split(path), cfg.pooled_positions)
 
@@ -173,18 +174,20 @@ def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Te
     CHOICE_FOLDS-fold cross-validation on the training split (each message predicted by the fit without its
     fold, one macro-F1 over all of them; ties: the first in the order binary before idf, smaller C before
     larger). Cross-validation, not the validation split: on the Turkish CSV's 71 validation messages the
-    choice followed noise (docs/email.md, the cross-validated-choice measurement); the validation split
+    choice followed noise (docs/results.md); the validation split
     stays for checkpoints."""
     weightings = ("binary", "idf") if cfg.input_linear_weighting == "auto" else (cfg.input_linear_weighting,)
     cs = C_GRID if c == 0 else (c,)
     if len(weightings) * len(cs) == 1:
         return weightings[0], cs[0], {}
     start, folds = time.perf_counter(), stratified_folds(y, CHOICE_FOLDS)
-    scores = {}
+    scores, say = {}, slow_steps(log)
     for weighting in weightings:
         x = multi_hot(ids, cfg.vocab_size, idf if weighting == "idf" else None)
         for value in cs:
             scores[weighting, value] = cross_validated_f1(x, y, w, cfg.num_classes, value, folds)
+            say(f"model: input_linear cross-validation {len(scores)}/{len(weightings) * len(cs)}: {weighting} "
+                f"C={value:g} macro-F1 {scores[weighting, value]:.4f} ({CHOICE_FOLDS} fits on {len(y)} messages)")
     best = max(scores, key=scores.get)  # the first of equal scores
     tried = ", ".join(f"{k[0]} C={k[1]:g} {v:.4f}" for k, v in scores.items())
     log(f"model: input_linear chose {best[0]} features, C={best[1]:g}: the best {CHOICE_FOLDS}-fold cross-validated "

@@ -22,7 +22,7 @@ lam is set so that the unlabelled messages weigh UNLABELLED_WEIGHT times the lab
 (lam = UNLABELLED_WEIGHT * labelled / unlabelled): at full weight (lam = 1) thousands of unlabelled
 messages outvote 30 labelled ones and EM settles on the mailbox's largest clusters, not its classes
 (as Nigam et al. found, and their remedy: down-weight them). UNLABELLED_WEIGHT and ALPHA were chosen
-on two SpamAssassin 3-way draws (docs/email.md, "Few labels"), never on the Turkish or mailing-list
+on two SpamAssassin 3-way draws (docs/results.md, "E-mail"), never on the Turkish or mailing-list
 sets. No label of an unlabelled message is read: the store has none.
 """
 
@@ -32,6 +32,8 @@ import time
 from typing import Callable
 
 import torch
+
+from trmkit.email.progress import slow_steps
 
 ALPHA = 0.1  # additive smoothing of each class's id counts
 UNLABELLED_WEIGHT = 4.0  # the unlabelled messages' total weight, in units of the labelled messages' total
@@ -49,12 +51,14 @@ def fit(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor, classes: int, v
     lam = UNLABELLED_WEIGHT * len(y_l) / max(1, x_u.shape[0])
     weight, bias = _m_step(x_l, resp_l, None, None, lam, vocab)
     resp_u = _e_step(x_u, weight, bias)
-    answers, moved = resp_u.argmax(1), []
-    for _ in range(ITERATIONS):  # each round's E-step is also the next round's start
+    answers, moved, say = resp_u.argmax(1), [], slow_steps(log, start)
+    for round_ in range(ITERATIONS):  # each round's E-step is also the next round's start
         weight, bias = _m_step(x_l, resp_l, x_u, resp_u, lam, vocab)
         resp_u = _e_step(x_u, weight, bias)
         moved.append(int((resp_u.argmax(1) != answers).sum()))
         answers = resp_u.argmax(1)
+        say(f"model: input_linear EM round {round_ + 1}/{ITERATIONS}: {moved[-1]} of {x_u.shape[0]} unlabelled "
+            "answers changed")
     weight, bias = weight - weight.mean(1, keepdim=True), bias - bias.mean()  # the same posterior, centred
     weight[0] = 0.0
     share = torch.bincount(answers, minlength=classes).tolist()

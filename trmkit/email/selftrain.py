@@ -14,7 +14,7 @@ message: none is stored.
 Off by default (model.input_linear_unlabelled=self_train turns it on): measured with scikit-learn on full TF-IDF vectors
 of SpamAssassin 3-way it lifted 10 labels per class from 0.591 to 0.719 macro-F1 (2 draws), but on
 the bag's features it drifted towards one class and lowered macro-F1 (0.81 -> 0.45 with idf
-features and C=1, 0.775 -> 0.787 with binary ones; docs/email.md, "Few labels").
+features and C=1, 0.775 -> 0.787 with binary ones; docs/results.md, "E-mail").
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from trmkit.email.progress import slow_steps
 
 ROUNDS = (0.05, 0.1, 0.2, 0.4)  # shares of the unlabelled messages pseudo-labelled in each round
 LABELLED_WEIGHT = 3.0  # a labelled message counts this many pseudo-labelled ones
@@ -46,7 +48,8 @@ def self_train(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor, weight: 
     """(weight, bias) after the rounds: x_l/x_u the labelled/unlabelled sparse feature rows, (weight, bias)
     the fit on the labelled alone, fit(x, y, w) one weighted logistic-regression fit."""
     start, n_u = time.perf_counter(), x_u.shape[0]
-    said = []
+    said: list[str] = []
+    say = slow_steps(log, start)
     for share in ROUNDS:
         probs = torch.softmax(torch.sparse.mm(x_u, weight) + bias, dim=1)
         confidence, guess = probs.max(1)
@@ -58,6 +61,8 @@ def self_train(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor, weight: 
         weight, bias, _ = fit(x, y, w)
         counts = torch.bincount(guess[take], minlength=classes).tolist()
         said.append(f"{len(take)} ({'/'.join(map(str, counts))}, confidence >= {float(confidence[take].min()):.2f})")
+        say(f"model: input_linear self-training round {len(said)}/{len(ROUNDS)}: {said[-1]} of {n_u} unlabelled "
+            "messages pseudo-labelled")
     log(f"model: input_linear self-trained on {n_u} unlabelled messages in {len(ROUNDS)} rounds, the most confident "
         f"first: {', '.join(said)} pseudo-labelled (per class); {time.perf_counter() - start:.1f} s")
     return weight, bias

@@ -15,8 +15,8 @@ This module re-exports what the trainer and the commands use.
 """
 
 from trmkit.plan.choose import with_memory_limit
-from trmkit.plan.make import apply_to_model, apply_to_process, check_sequence, make_plan, plan_report
+from trmkit.plan.make import apply_to_model, apply_to_process, check_sequence, make_plan, plan_lines_to, plan_report
 from trmkit.plan.objects import Choice, Plan
 
-__all__ = ["Choice", "Plan", "apply_to_model", "apply_to_process", "check_sequence", "make_plan", "plan_report",
-           "with_memory_limit"]
+__all__ = ["Choice", "Plan", "apply_to_model", "apply_to_process", "check_sequence", "make_plan", "plan_lines_to",
+           "plan_report", "with_memory_limit"]

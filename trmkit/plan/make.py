@@ -103,10 +103,28 @@ def make_plan(cfg: Config, hw: HardwareInfo,
                 eval_batch=eval_batch, compile=compiled, step_seconds=step_s, keep_freed_memory=keep,
                 fused_inference=fused, trim_threshold=trim, estimate=estimate)
     for line in plan.lines():
-        log(f"plan: {line}")
+        log(PLAN_PREFIX + line)
     if step_s is not None:
-        log(f"plan: {step_time_line(cfg, step_s, gain < 1)}")
+        log(PLAN_PREFIX + step_time_line(cfg, step_s, gain < 1))
     return plan
+
+
+PLAN_PREFIX = "plan: "
+# what a command that only uses a trained model leaves out unless --verbose: the plan's choices, and the
+# note that a resumed run keeps its checkpoint's dtype (execution.resume_dtype; nothing resumes here)
+QUIET_PREFIXES = (PLAN_PREFIX, "resume: dtype=")
+
+
+def plan_lines_to(log: Log, verbose: bool) -> Log:
+    """`log` for eval and predict: the ~15 plan lines (and the resumed-dtype note) reach it only when
+    verbose; `train` prints them all, its plan being what it will do for the next hour."""
+    if verbose:
+        return log
+
+    def quiet(line: str) -> None:
+        if not str(line).startswith(QUIET_PREFIXES):
+            log(line)
+    return quiet
 
 
 def step_time_line(cfg: Config, step_s: float, compiled: bool = False) -> str:

@@ -9,6 +9,10 @@ evaluations and checkpoints amortised into the measured seconds per step. max_mi
 the hard stop. Each fit is printed with the measurement behind it. With train.depth_curriculum a
 step is counted by its depth's cost (train/depth.py), and the fit is made once more at DEEP_REFIT_AT.
 
+The budget counts from the start of the run's preparation, not its first step: the planner's
+measurements and a task's fit before training (the e-mail bag's cross-validated linear model can
+take minutes) are inside `--minutes`, and the first line says how much of it they used.
+
 A run with several processes keeps the config's max_steps (each process would measure its
 own speed and the processes must agree on the step count); max_minutes still stops it.
 """
@@ -59,3 +63,14 @@ class TimeFit:
         return total, (f"train.max_steps={total} ({speed} measured over steps {step0 + 1}-{step}, "
                        f"{self.counted}; the lr schedule now ends with the "
                        f"{self.budget_s / 60:g}-minute budget, {elapsed / 60:.1f} min of it spent)")
+
+
+def spent_before(seconds: float, minutes: float) -> str:
+    """How much of the budget the preparation (planning, a task's fit before training) used, in words."""
+    share = seconds / max(60 * minutes, 1e-9)
+    said = f"{seconds:.0f} s of it went to preparing the run (planning, the task's fit before training)"
+    if share >= 0.5:
+        said += (f": {share:.0%} of the budget, so little is left for training; give more minutes, or make the "
+                 "preparation shorter (e-mail: a fixed model.input_linear_c and input_linear_weighting skip the "
+                 "cross-validation)")
+    return said

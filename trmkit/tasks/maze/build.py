@@ -13,7 +13,7 @@ from trmkit.data.imports import ImportReport, split_rows
 from trmkit.data.store import SplitArrays, check_output_dir, write_store
 from trmkit.tasks.base import dihedral
 from trmkit.tasks.maze.data import MazeRow, read_csv
-from trmkit.tasks.maze.generate import GOAL, PAD, START, VOCAB, WALL, default_min_path, generate_maze
+from trmkit.tasks.maze.generate import GOAL, PAD, START, VOCAB, WALL, Draw, default_min_path, generate_within
 
 Log = Callable[[str], None]
 
@@ -35,15 +35,14 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     check_output_dir(out_dir)
     report = ImportReport(source=str(source), unit="mazes")
     if source == "generate":
-        if size < 3:
-            raise ValueError(f"--size must be >= 3, got {size}")
         min_path = default_min_path(size) if min_path is None else min_path
         unique_path = unique_path_rule(size, unique_path, log)
-        rows = _generate(size, num if limit is None else min(num, limit), min_path, train_min_path, loops,
-                         test_fraction, seed, unique_path)
+        draws = _generate(size, num if limit is None else min(num, limit), min_path, train_min_path, loops,
+                          test_fraction, seed, unique_path)
+        rows, relaxed = [MazeRow(d.question, d.answer, d.length) for d in draws], _relaxed(draws, log)
         report.lines = report.accepted = len(rows)
     else:
-        rows = list(read_csv(Path(source), report, limit))
+        rows, relaxed = list(read_csv(Path(source), report, limit)), {}
     for line in report.summary_lines():
         log(line)
     if not rows:
@@ -55,7 +54,7 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     lengths = np.array([rows[i].length for i in test_rows] or [r.length for r in rows])  # the held-out mazes
     settings = {"source": str(source), "size": int(rows[0].question.shape[0]), "num": num, "loops": loops,
                 "min_path": min_path, "train_min_path": train_min_path, "test_fraction": test_fraction,
-                "aug": aug, "limit": limit, "seed": seed, "unique_path": unique_path,
+                "aug": aug, "limit": limit, "seed": seed, "unique_path": unique_path, **relaxed,
                 "path_length": {"min": int(lengths.min()), "mean": float(lengths.mean()),
                                 "max": int(lengths.max())}}
     side = settings["size"]
@@ -84,11 +83,31 @@ def unique_path_rule(size: int, unique_path: bool | None, log: Log) -> bool:
     return False
 
 
+def _relaxed(draws: list[Draw], log: Log) -> dict[str, dict[str, int]]:
+    """Says, once, how many mazes needed a widened search or a relaxed bound; for meta.json's build
+    settings {"relaxed": counts}, or {} when none did."""
+    widened = [d for d in draws if d.widened]
+    if not widened:
+        return {}
+    relaxed = [d for d in widened if d.relaxed]
+    if relaxed:
+        lowest = min(d.min_path for d in relaxed)
+        log(f"generate: {len(relaxed)} of {len(draws)} mazes relaxed to a path of >= {lowest} steps (no draw "
+            f"reached the {max(d.asked for d in relaxed)} asked; a lower --min-path asks less of every maze)")
+    if len(widened) > len(relaxed):
+        log(f"generate: {len(widened) - len(relaxed)} of {len(draws)} mazes needed more draws than the usual "
+            "200 to reach their bound")
+    return {"relaxed": {"widened": len(widened), "relaxed": len(relaxed),
+                        **({"lowest_min_path": min(d.min_path for d in relaxed)} if relaxed else {})}}
+
+
 def _generate(size: int, count: int, min_path: int, train_min_path: int | None, loops: float,
-              test_fraction: float, seed: int, unique_path: bool = True) -> list[MazeRow]:
+              test_fraction: float, seed: int, unique_path: bool = True) -> list[Draw]:
     """`count` mazes. With a curriculum, half the training mazes (those split_rows puts in train) have
     a path of t..t+2 steps, t drawn uniformly from [train_min_path, min_path]; the rest, and every
     test maze, at least min_path."""
+    if size < 3:
+        raise ValueError(f"--size must be >= 3, got {size}")
     if train_min_path is not None and not 1 <= train_min_path <= min_path:
         raise ValueError(f"--train-min-path must be in [1, --min-path={min_path}], got {train_min_path}")
     test = set(split_rows(count, test_fraction, seed)[0].tolist())
@@ -97,8 +116,8 @@ def _generate(size: int, count: int, min_path: int, train_min_path: int | None, 
     for i in range(count):
         easy = train_min_path is not None and i not in test and rng.random() < 0.5
         low = int(rng.integers(train_min_path, min_path + 1)) if easy else min_path
-        rows.append(MazeRow(*generate_maze(size, rng, loops, low, max_path=low + 2 if easy else None,
-                                           unique=unique_path)))
+        rows.append(generate_within(size, rng, loops, low, max_path=low + 2 if easy else None,
+                                    unique=unique_path))
     return rows
 
 

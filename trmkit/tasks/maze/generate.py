@@ -5,17 +5,41 @@ carved over the cells at even coordinates, then each remaining inner wall is ope
 `loops`, so the maze has cycles and the model must find the *shortest* of several routes. S is drawn
 at random, G at random among the cells at least `min_path` steps away; a maze whose shortest path is
 not unique is drawn again (with `unique=False` it is kept: its answer marks one of the shortest paths,
-and the task's metric accepts any of them)."""
+and the task's metric accepts any of them). Builds draw through generate_within: a maze whose bound
+is at the edge of the generator's reach gets more draws, then a bound up to 10 % lower, and the build
+counts and says so, rather than one unlucky seed ending it."""
 
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
 CHARS = "# SGo"
 VOCAB = ("<pad>", "#", " ", "S", "G", "o")
 PAD, WALL, OPEN, START, GOAL, PATH = range(6)
+RELAX_STEP, RELAX_FLOOR = 0.02, 0.9  # a maze out of reach: its bound drops 2 % a round, to 90 % at most
+
+
+class NoMaze(ValueError):
+    """generate_maze found no maze meeting its bounds in its tries."""
+
+
+class Draw(NamedTuple):
+    """One maze from generate_within: the bound asked, the bound its path met (lower when relaxed) and
+    whether it took more than the first `tries`."""
+
+    question: np.ndarray
+    answer: np.ndarray
+    length: int
+    asked: int
+    min_path: int
+    widened: bool
+
+    @property
+    def relaxed(self) -> bool:
+        return self.min_path < self.asked
 
 
 def default_min_path(n: int) -> int:
@@ -132,5 +156,32 @@ def generate_maze(n: int, rng: np.random.Generator, loops: float = 0.1, min_path
         return question, answer, length
     rule = "a unique shortest path" if unique else "a shortest path"
     fix = "lower --min-path or pass --no-unique-path" if unique else "lower --min-path"
-    raise ValueError(f"no {n}x{n} maze with {rule} of at least {min_path} steps in {tries} tries: {fix} "
-                     f"(the longest possible is about {n * n // 2})")
+    raise NoMaze(f"no {n}x{n} maze with {rule} of at least {min_path} steps in {tries} tries: {fix} "
+                 f"(the longest possible is about {n * n // 2})")
+
+
+def relaxed_bounds(min_path: int) -> list[int]:
+    """The bounds generate_within tries after the first `tries` fail: min_path once more (a widened
+    budget), then 2 % lower a round down to 90 % of min_path."""
+    rounds = round((1 - RELAX_FLOOR) / RELAX_STEP)
+    lower = [max(1, int(min_path * (1 - RELAX_STEP * k))) for k in range(1, rounds + 1)]
+    return [min_path] + sorted(set(lower) - {min_path}, reverse=True)
+
+
+def generate_within(n: int, rng: np.random.Generator, loops: float = 0.1, min_path: int | None = None,
+                    tries: int = 200, max_path: int | None = None, unique: bool = True) -> Draw:
+    """generate_maze, but a maze at the edge of the generator's reach does not end a build: when the
+    first `tries` find none, the search goes on with the same rng (so every maze generate_maze finds
+    is the same here) over relaxed_bounds, `tries` each; only a bound out of reach even at 90 % fails."""
+    min_path = default_min_path(n) if min_path is None else min_path
+    try:
+        return Draw(*generate_maze(n, rng, loops, min_path, tries, max_path, unique), min_path, min_path, False)
+    except NoMaze as err:
+        first = err
+    for bound in relaxed_bounds(min_path):
+        try:
+            return Draw(*generate_maze(n, rng, loops, bound, tries, max_path, unique), min_path, bound, True)
+        except NoMaze:
+            continue
+    raise NoMaze(f"{first}; {len(relaxed_bounds(min_path))} more rounds down to "
+                 f"{relaxed_bounds(min_path)[-1]} steps found none either") from None

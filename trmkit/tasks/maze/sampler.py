@@ -11,9 +11,11 @@ store's own curriculum (--train-min-path), a share of the mazes (data.easy_share
 is easier, with a path of t..t+2 steps for t uniform up to that hardness. With data.long_share a
 share of the hard ones is instead a perfect maze (no loops) whose path is at least twice the
 hardness: longer routes than loops allow in the same grid (measured: no help on larger mazes,
-docs/performance.md). Each maze gets a random symmetry of the square. With data.trace=r
+docs/results.md). Each maze gets a random symmetry of the square. With data.trace=r
 every supervision step gets its own labels: the search's trace after r cells a step (trace.py).
 The stream (data/generated.py) gives each sample its own seeded random generator, so a run resumes exactly.
+A maze the generator cannot reach in its draws gets a relaxed bound (generate.generate_within)
+rather than stopping the run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from trmkit.config import ConfigError
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import dihedral
-from trmkit.tasks.maze.generate import WALL, default_min_path, generate_maze
+from trmkit.tasks.maze.generate import WALL, default_min_path, generate_within
 from trmkit.tasks.maze.trace import TRACE_TOKENS, trace_labels
 
 SMALLEST = 9  # the first stage's maze size (clipped to the canvas)
@@ -52,7 +54,7 @@ class MazeSampler:
     def _check_reachable(self) -> None:
         """data.hardness: one maze of that path on the canvas, or a clear error before training starts."""
         try:
-            generate_maze(self.canvas, np.random.default_rng(0), self.loops, self.hardness)
+            generate_within(self.canvas, np.random.default_rng(0), self.loops, self.hardness)
         except ValueError as err:
             raise ConfigError(f"data.hardness={self.hardness}: {err}; lower data.hardness (0: the store's "
                               f"hardness) or train on a larger grid") from None
@@ -76,11 +78,11 @@ class MazeSampler:
         hard = self.min_path_at(n)
         if rng.random() < self.easy_share:  # an easier maze: a path of t..t+2 steps
             low = int(rng.integers(2, hard + 1))
-            question, answer, _ = generate_maze(n, rng, self.loops, low, max_path=low + 2)
+            question, answer, *_ = generate_within(n, rng, self.loops, low, max_path=low + 2)
         elif self.long_share and rng.random() < self.long_share:  # a perfect maze with a longer path
-            question, answer, _ = generate_maze(n, rng, 0.0, 2 * hard)
+            question, answer, *_ = generate_within(n, rng, 0.0, 2 * hard)
         else:
-            question, answer, _ = generate_maze(n, rng, self.loops, hard)
+            question, answer, *_ = generate_within(n, rng, self.loops, hard)
         k = int(rng.integers(8))
         question, answer = dihedral(question, k), dihedral(answer, k)
         if n < self.canvas:

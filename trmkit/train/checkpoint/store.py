@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from trmkit import __version__ as TRMKIT_VERSION
+from trmkit.version import __version__ as TRMKIT_VERSION
 from trmkit import files, rundir
 from trmkit.train.checkpoint import format as fmt
 from trmkit.train.checkpoint.errors import CheckpointError, CorruptCheckpointError
