@@ -128,9 +128,10 @@ def test_an_exported_bundle_names_no_path_of_this_machine_and_shows_its_phases(w
     said = capsys.readouterr().out
     assert [line[:11] for line in _lines(said, "export: ")] == ["export: 1/3", "export: 2/3", "export: 3/3"]
     card = (tmp_path / "bundle" / "model_card.md").read_text()
-    calibration = (tmp_path / "bundle" / "calibration.json").read_text()
-    for text in (card, calibration):
-        assert str(w["t"]) not in text and str(w["t"].resolve()) not in text
+    for f in sorted((tmp_path / "bundle").iterdir()):  # every file a bundle holds, not only the card
+        if f.suffix in (".md", ".json", ".txt", ".yaml"):
+            text = f.read_text()
+            assert str(w["t"]) not in text and str(w["t"].resolve()) not in text, f.name
     assert "the store's" in card and "`mail.csv`" in card
 
 
@@ -169,3 +170,13 @@ def test_a_long_fit_before_training_says_each_candidate_and_each_em_round(monkey
     nb_em.fit(linear_fit.multi_hot(ids[::4], 64), y[::4], linear_fit.multi_hot(ids, 64), 2, 64, lines.append)
     rounds = [line for line in lines if "EM round" in line]
     assert len(rounds) == nb_em.ITERATIONS and "unlabelled answers changed" in rounds[0]
+
+
+def test_a_bundles_build_record_keeps_file_names_not_this_machines_folders():
+    from trmkit.email.outputs import without_machine_paths
+
+    build = {"label_map": "/home/me/maps/sa3.yaml", "seq_len": 16, "relative": "configs/email-sa3.yaml",
+             "import": {"skipped_examples": ["/home/me/Mail/inbox.mbox:12: no body"]}}
+    kept = without_machine_paths(build)
+    assert kept == {"label_map": "sa3.yaml", "seq_len": 16, "relative": "configs/email-sa3.yaml",
+                    "import": {"skipped_examples": ["inbox.mbox:12: no body"]}}

@@ -126,6 +126,7 @@ def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequ
     >>> run = trmkit.fit("configs/sudoku-laptop.yaml", {"train.max_steps": 100, "run.dir": "runs/a"}, force=True)
     >>> round(run.summary["cell_accuracy"], 2)
     0.78"""
+    from trmkit.data.hints import MissingStore
     from trmkit.train import distributed
     from trmkit.train.resume import load_for_run
 
@@ -134,7 +135,10 @@ def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequ
     if resume is True:  # the run.dir the config and overrides name
         resume = load_for_run(config, extra, None, DEFAULT_CONFIG).run.dir
     cfg = load_for_run(config, extra, str(resume) if resume else None, DEFAULT_CONFIG)
-    result = run_training(cfg, distributed.world_from_env({}), log, resume=bool(resume), force=force)
+    try:
+        result = run_training(cfg, distributed.world_from_env({}), log, resume=bool(resume), force=force)
+    except MissingStore as err:  # the preset's comments say how its own store is built
+        raise err.for_config(config) from None
     if result.get("stopped"):
         raise KeyboardInterrupt(f"training stopped by {result['stopped']} at step {result['steps']}, its checkpoint "
                                 f"saved: continue with trmkit.fit(resume={str(cfg.run.dir)!r})")

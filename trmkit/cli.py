@@ -138,19 +138,19 @@ def _leave_after(work) -> None:
     stdout and stderr are flushed here."""
     import traceback
 
-    from trmkit.data.store import StoreError
-    from trmkit.train.checkpoint import CheckpointError
+    from trmkit.errors import one_line
 
     try:
         code = work()
-    except (ConfigError, CheckpointError, StoreError) as err:
-        print(f"trmkit train: {err}", file=sys.stderr)
-        code = 2
     except SystemExit as err:
         code = err.code if isinstance(err.code, int) else 1
-    except BaseException:  # noqa: BLE001 - any failure: say it as Python would, then leave without teardown
-        traceback.print_exc()
-        code = 1
+    except BaseException as err:  # noqa: BLE001 - any failure: said in one line where expected, else as Python would
+        said = one_line(err) if isinstance(err, Exception) else None
+        if said is None:
+            traceback.print_exc()
+        else:
+            print(f"trmkit train: {said}", file=sys.stderr)
+        code = 1 if said is None else 2
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

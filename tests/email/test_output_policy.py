@@ -105,3 +105,13 @@ def test_label_csv_out_refuses_a_file_it_did_not_write(made, tmp_path, capsys):
     out = tmp_path / "proposals.csv"
     assert cli.main(label + [str(out)]) == 0 and cli.main(label + [str(out)]) == 0  # its own: replaced
     assert cli.main(label + [str(sheet), "--force"]) == 0 and sheet.read_text().startswith("key,rank,")
+
+
+def test_predict_on_a_broken_archive_says_so_and_exits_non_zero(made, tmp_path, capsys):
+    broken = tmp_path / "inbox.mbox.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(200)))  # gzip's magic, then no gzip stream
+    capsys.readouterr()
+    code = cli.main(["email", "predict", str(made / "run"), str(broken)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert "inbox.mbox.gz" in captured.err and "none of the" in captured.err and "Traceback" not in captured.err

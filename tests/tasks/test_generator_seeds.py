@@ -100,6 +100,18 @@ def test_a_missing_maze_store_of_a_preset_gets_the_presets_own_maze_command(tmp_
     assert "sudoku" not in said
 
 
+def test_fit_from_python_gets_the_presets_own_maze_command_too(tmp_path: Path) -> None:
+    import pytest
+
+    import trmkit
+    from trmkit.data.hints import MissingStore
+
+    preset = Path(__file__).resolve().parents[2] / "configs" / "maze-trace.yaml"
+    with pytest.raises(MissingStore) as err:
+        trmkit.fit(preset, {"data.path": tmp_path / "maze-11", "run.dir": tmp_path / "run"}, log=lambda m: None)
+    assert "trmkit data maze --size 11" in str(err.value) and "sudoku" not in str(err.value)
+
+
 def test_a_run_whose_store_moved_gets_a_command_for_its_own_task(tmp_path: Path) -> None:
     from trmkit.data.hints import MissingStore
     from trmkit.train.session import open_splits

@@ -31,6 +31,7 @@ from trmkit import rundir
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import META_FILE
 from trmkit.email import halting
+from trmkit.email.outputs import without_machine_paths
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
 from trmkit.email.task import NAME
@@ -114,8 +115,8 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
         f"{cal.ece_before:.4f} -> {cal.ece_after if cal.ece_after is not None else float('nan'):.4f}")
     if out.exists() and not (out / CONFIG_FILE).is_file():
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
-    config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta),
-              "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"], "build": meta["build"]}
+    config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta), "tail": meta["build"].get("tail", 0),
+              "pad_id": meta["pad_id"], "build": without_machine_paths(meta["build"])}
     start = time.perf_counter()
     log(f"export: 1/3 loading the model and fitting when a sure answer stops a message early (up to "
         f"{halting.FIT_MESSAGES} held-out messages, every supervision step)")

@@ -156,6 +156,10 @@ def run_predict(args: argparse.Namespace) -> int:
     _stderr(f"predict: {n} messages in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} messages/s, loading the model "
             f"and parsing included), {steps:.2f} supervision steps per message of {clf.model.cfg.halt_max_steps}, "
             f"peak RSS {meter.process_peak() / 2**30:.2f} GiB" + (f" -> {out_path}" if out_path else ""))
+    if n == 0 and report.skipped:  # nothing answered: a pipeline `predict ... && next` must not go on
+        _stderr(f"predict: none of the {report.skipped} inputs could be read as a message (reasons above): "
+                "give mail files, a Maildir, an mbox (gzipped too), a CSV or JSONL")
+        return 2
     return 0
 
 

@@ -10,6 +10,7 @@ is recognised by its contents and replaced. The writes themselves are atomic (fi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from trmkit import rundir
@@ -102,3 +103,18 @@ def email_store_meta(data: Path, meta_file: str) -> dict:
         raise ConfigError(f"{data} is a {meta.get('task')} store, not an e-mail store: give one built with "
                           "`trmkit data email`")
     return meta
+
+
+def without_machine_paths(value):
+    """`value` (the store's build record, as a bundle keeps it) with every absolute path reduced to its file name:
+    a bundle goes to other machines, and this one's folders (a label map, a skipped message's file) say nothing
+    there. Relative paths, numbers and other strings are kept."""
+    if isinstance(value, dict):
+        return {k: without_machine_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_machine_paths(v) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute():
+        return Path(value).name
+    if isinstance(value, str):  # "/abs/path/inbox.mbox:12: reason" in a skipped message's example
+        return re.sub(r"(?<![\w.])/(?:[^/\s:]+/)+([^/\s:]+)", r"\1", value)
+    return value

@@ -25,6 +25,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -306,7 +307,7 @@ def _mbox_file_items(path: Path, label: str, max_bytes: int, report: ImportRepor
                     continue
                 yield _Raw(data, size, f"{path}#{index}", label)
                 index += 1
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged gzip stream raises zlib.error mid-read
             report.lines += 1
             report.skip(f"{path}#{index}", "unreadable",
                         f"{type(exc).__name__}: {exc}; the messages before it were kept")
