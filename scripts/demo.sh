@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, build a generated Sudoku set, train a small TRM for a few minutes, evaluate, report.
+# Set up, build a generated Sudoku set, train a small TRM for a few minutes, evaluate, answer the example
+# puzzles (examples/sudoku-puzzles.txt), report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,4 +13,6 @@ RUN=runs/demo-$(date +%Y%m%d-%H%M%S)
 $TRMKIT train configs/sudoku-laptop.yaml run.dir="$RUN" data.path="$DATA"
 echo "== evaluation of $RUN on $DATA/test (EMA weights, all N_sup steps) =="
 $TRMKIT eval "$RUN"
+echo "== answers of $RUN for examples/sudoku-puzzles.txt (ANSWER<TAB>valid, or invalid and why) =="
+$TRMKIT predict "$RUN" examples/sudoku-puzzles.txt
 $TRMKIT report "$RUN" >/dev/null && echo "plots and summary: $RUN/report/report.md"
