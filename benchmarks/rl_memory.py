@@ -36,15 +36,16 @@ def build(config: str, scale: int, seed: int = 0):
     from trmkit.model.trm import TRM
     from trmkit.rl import programs as P
     from trmkit.rl.chunks import Group
+    from trmkit.rl.config import APPS, rl_config
     from trmkit.rl.policy import draw
     from trmkit.rl.selfplay import credit_mask
 
-    cfg = C.load(config)
+    cfg = C.load(config, apps=APPS)
     cfg = C.replace(cfg, "model", vocab_size=len(P.VOCAB), seq_len=P.max_length(), num_puzzle_ids=1,
                     puzzle_emb_len=0)
     torch.manual_seed(seed)
     model = TRM(cfg.model)
-    rl = cfg.rl
+    rl = rl_config(cfg)
     prompts = {"propose": (rl.proposals_per_type, rl.propose_samples), "solve": (rl.tasks_per_type, rl.attempts),
                "critique": (rl.critiques_per_type, rl.critique_samples)}
     beta = {"propose": rl.beta_propose, "solve": rl.beta_solve, "critique": rl.beta_critique}
@@ -96,9 +97,9 @@ def child(args) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
     if args.mode == "naive":
-        naive(model, groups, cfg.rl.log_ratio_clip)
+        naive(model, groups, cfg.sections["rl"].log_ratio_clip)
     else:
-        efficient(model, groups, cfg.rl.log_ratio_clip, args.micro)
+        efficient(model, groups, cfg.sections["rl"].log_ratio_clip, args.micro)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.save({n: p.grad for n, p in model.named_parameters() if p.grad is not None}, args.out)

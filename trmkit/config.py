@@ -4,6 +4,11 @@ The config flows one way: YAML -> overrides -> fields filled from the dataset's
 metadata -> the planner's choices -> written to the run directory and into
 every checkpoint. Each part of trmkit receives only its own section.
 Unknown keys are errors that name the key and the closest valid one.
+
+`Config` holds the generic sections (run, model, data, train) as fields. An application's own
+section (rl: trmkit/rl/config.py) is its package's dataclass, known by registration: the loader is
+given trmkit/registry.py's SECTIONS (`load(..., apps=SECTIONS)`) and builds it into
+`Config.sections`; the YAML and the overrides spell it as any other section (`rl.attempts=8`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 import yaml
 
@@ -274,78 +279,6 @@ def parse_weights(text: str) -> dict[str, float]:
     return out
 
 
-@dataclass
-class RLConfig:
-    """Self-play reinforcement learning (TR-RPG) and its seeding: `trmkit rl` (docs/rl.md)."""
-
-    proposals_per_type: int = 2  # proposer prompts per task type per round (each sampled propose_samples times)
-    propose_samples: int = 2  # proposals drawn per prompt from one forward (their leave-one-out baseline)
-    tasks_per_type: int = 16  # tasks the solver attempts per type per round: fresh proposals, then generated
-    proposer_share: float = 0.25  # at most this share of the solver's tasks comes from fresh proposals
-    attempts: int = 16  # k: solver samples per task, all from one forward; leave-one-out baseline per task
-    critiques_per_type: int = 8  # solver answers the critique judges per type per round
-    critique_samples: int = 4  # verdicts drawn per judged answer from one forward
-    temperature: float = 0.5  # rollout temperature, in sampling and in log pi alike
-    baseline: str = "group"  # "group": leave-one-out per prompt; "running": the (type, role) Welford mean/std;
-    #                          "expert": expert iteration, A = max(reward, 0) (imitate what execution verified)
-    weight_solve: float = 0.7  # each role's share of the policy-gradient loss
-    weight_propose: float = 0.15
-    weight_critique: float = 0.15
-    anchor_weight: float = 0.5  # the seeding loss on executor traces, added to every update (0 = off)
-    anchor_examples: int = 48  # seeding examples per update for the anchor
-    mixed_target: float = 0.3  # the generator's curriculum keeps at least this share of tasks of mixed outcome
-    curriculum_step: float = 0.0  # > 0: min and max lengths move by it, the proposer's share grows (rl/curriculum.py)
-    update_epochs: int = 2  # optimizer updates per rollout batch (w = pi_theta / pi_old moves from 1 after the first)
-    lr: float = 1e-4  # self-play's learning rate (seeding uses train.lr; both warm up over train.warmup_steps)
-    max_grad_norm: float = 1.0  # self-play clips the gradient's global norm to this before each update (0 = off)
-    beta_propose: float = 0.01  # the TR-RPG regulariser per role
-    beta_solve: float = 0.05
-    beta_critique: float = 0.1
-    log_ratio_clip: float = 1.0  # log w is clipped to [-c, c]
-    format_penalty: float = -0.5  # reward of a malformed response
-    buffer_size: int = 2048  # valid tasks kept per type (oldest dropped first)
-    seed_answer_weight: float = 1.0  # alpha of the seeding loss: extra weight on the answer's positions
-    seed_share_solve: float = 0.6  # share of seeding examples per role (the rest split by the next two)
-    seed_share_propose: float = 0.2
-    seed_share_critique: float = 0.2
-    seed_pool: int = 0  # N > 0: seeding and the anchor use only N fixed labelled traces (run.seed's); 0: fresh ones
-    pool_val: int = 0  # M > 0: the pool's last M tasks are never trained on; the run's evaluations score them
-    sft_label: str = "generator"  # abduction/induction SFT targets: the generator's answers, or "canonical" ones
-    shortcut_tasks: str = "keep"  # "drop": self-play's generated tasks are never shortcut ones (rl/heldout.py)
-    heldout_per_type: int = 1000  # held-out tasks per type, never trained on; seed 47 with <= 1000 reads the stored
-    heldout_seed: int = 47  # set (trmkit/rl/heldout.json, shortcuts tagged), other values build one in memory
-    eval_per_type: int = 100  # evaluations during a run use the first N held-out tasks per type; `rl eval` all
-    cache_mb: int = 64  # execution-result cache, bytes-bounded LRU
-    sandbox_cpu_seconds: float = 1.0  # per program run
-    sandbox_wall_seconds: float = 5.0
-    sandbox_memory_mb: int = 512  # the worker's address-space limit
-
-    def __post_init__(self) -> None:
-        for name in ("proposals_per_type", "propose_samples", "tasks_per_type", "critiques_per_type",
-                     "critique_samples", "update_epochs", "heldout_per_type", "eval_per_type"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
-        if self.attempts < 2:
-            raise ConfigError(f"rl.attempts={self.attempts}: the per-task baseline needs k >= 2 samples per task")
-        if self.proposals_per_type * self.propose_samples > self.proposer_slots():
-            raise ConfigError("rl.proposals_per_type x propose_samples > rl.proposer_share x tasks_per_type")
-        for key, allowed in (("baseline", ("group", "running", "expert")), ("sft_label", ("generator", "canonical")),
-                             ("shortcut_tasks", ("keep", "drop"))):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
-        if not min(self.temperature, self.log_ratio_clip) > 0:
-            raise ConfigError("rl.temperature and rl.log_ratio_clip must be > 0")
-        if min(self.weight_solve, self.weight_propose, self.weight_critique, self.anchor_weight, self.seed_pool,
-               self.curriculum_step) < 0:
-            raise ConfigError("rl.weight_*, rl.anchor_weight, rl.seed_pool and rl.curriculum_step must be >= 0")
-        if self.pool_val and not 0 < self.pool_val < self.seed_pool:
-            raise ConfigError(f"rl.pool_val={self.pool_val}: a part of the pool, so 0 < rl.pool_val < rl.seed_pool")
-
-    def proposer_slots(self) -> int:
-        """Solver tasks per type that fresh proposals may fill."""
-        return int(self.proposer_share * self.tasks_per_type)
-
-
 SWITCH, LOSSES = ("auto", "on", "off"), ("stablemax", "softmax")
 
 
@@ -389,25 +322,37 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
+    sections: dict[str, Any] = field(default_factory=dict)  # an application's own sections by name ("rl"):
+    #   its dataclass (`section` reads it), or the mapping as written where the reader was not given the class
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every section by name, the applications' beside the generic ones (`rl:` as a top-level section)."""
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in GENERIC_SECTIONS}
+        for name, value in self.sections.items():
+            out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else dict(value)
+        return out
 
 
-SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig, "rl": RLConfig}
+GENERIC_SECTIONS = {"run": RunConfig, "model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+AppSections = Mapping[str, type]  # an application's sections: name -> dataclass (trmkit/registry.py's SECTIONS)
+T = TypeVar("T")
+
 
 def _nearest_divisor(n: int, near: int) -> int:
     return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))
 
 
-def _valid_keys() -> list[str]:
-    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+def _all_sections(apps: AppSections | None) -> dict[str, type]:
+    return {**GENERIC_SECTIONS, **(apps or {})}
 
 
-def _unknown_key(key: str, where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.5)
-    hint = f" did you mean {close[0]}?" if close else f" valid sections: {', '.join(SECTIONS)}"
+def _valid_keys(apps: AppSections | None) -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in _all_sections(apps).items() for f in dataclasses.fields(cls)]
+
+
+def _unknown_key(key: str, where: str, apps: AppSections | None = None) -> ConfigError:
+    close = difflib.get_close_matches(key, _valid_keys(apps), n=1, cutoff=0.5)
+    hint = f" did you mean {close[0]}?" if close else f" valid sections: {', '.join(_all_sections(apps))}"
     return ConfigError(f"{where}: unknown key '{key}'.{hint}")
 
 
@@ -432,23 +377,57 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
     raise ConfigError(f"{key}={value!r}: expected {type(default).__name__}")
 
 
-def from_dict(raw: dict[str, Any], where: str = "config") -> Config:
-    """Build a Config from nested dicts, rejecting unknown keys by name."""
-    sections: dict[str, Any] = {}
+def from_dict(raw: dict[str, Any], where: str = "config", apps: AppSections | None = None) -> Config:
+    """Build a Config from nested dicts, rejecting unknown keys by name. `apps` are the applications'
+    sections (trmkit/registry.py's SECTIONS), each built and checked as a generic one. A reader not given
+    them (None) keeps any other section as the mapping it is, to be checked by its application when it
+    reads it (`section`), and still refuses a misspelt generic one ('trian')."""
+    generic: dict[str, Any] = {}
+    own: dict[str, Any] = {}
     for name, values in (raw or {}).items():
-        if name not in SECTIONS:
-            raise _unknown_key(name, where)
+        cls = _all_sections(apps).get(name)
+        misspelt = difflib.get_close_matches(name, GENERIC_SECTIONS, n=1, cutoff=0.75)
+        if cls is None and (apps is not None or misspelt):
+            raise _unknown_key(name, where, apps)
         if not isinstance(values, dict):
             raise ConfigError(f"{where}: section '{name}' must be a mapping of key: value")
-        cls = SECTIONS[name]
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for key, value in (current_names(values) if name == "model" else values).items():
-            if key not in defaults:
-                raise _unknown_key(f"{name}.{key}", where)
-            kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")
-        sections[name] = cls(**kwargs)
-    return Config(**sections)
+        if name in GENERIC_SECTIONS:
+            generic[name] = _build(cls, name, values, where, apps)
+        else:
+            own[name] = dict(values) if cls is None else _build(cls, name, values, where, apps)
+    return Config(**generic, sections=own)
+
+
+def _build(cls: type[T], name: str, values: Mapping[str, Any], where: str, apps: AppSections | None) -> T:
+    """One section's dataclass from its mapping: types coerced, unknown keys named, checks in __post_init__."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in (current_names(values) if name == "model" else values).items():
+        if key not in defaults:
+            raise _unknown_key(f"{name}.{key}", where, apps)
+        kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")
+    return cls(**kwargs)
+
+
+def section(cfg: Config, name: str, cls: type[T]) -> T:
+    """An application's section of cfg, typed and checked: `section(cfg, "rl", RLConfig)`; the defaults where
+    cfg has none; a mapping kept by a reader that was not given the class is checked now, by key."""
+    value = cfg.sections.get(name)
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"config: section '{name}' holds a {type(value).__name__}, not {cls.__name__}: "
+                          f"set it with with_section(cfg, {name!r}, {cls.__name__}(...))")
+    return _build(cls, name, value, "config", {name: cls})
+
+
+def with_section(cfg: Config, name: str, value: Any) -> Config:
+    """A copy of cfg with an application's section set (`with_section(cfg, "rl", RLConfig(attempts=4))`)."""
+    if name in GENERIC_SECTIONS:
+        raise ConfigError(f"config: '{name}' is a generic section: use replace(cfg, {name!r}, ...)")
+    return dataclasses.replace(cfg, sections={**cfg.sections, name: value})
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -471,8 +450,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read a YAML preset and apply overrides; errors name the file and key."""
+def load(path: str | Path, overrides: list[str] | None = None, apps: AppSections | None = None) -> Config:
+    """Read a YAML preset and apply overrides; errors name the file and key. `apps`: the applications'
+    sections to build and check with the rest (`from_dict`), as the command line and the API pass them."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path} (presets live in configs/)")
@@ -485,7 +465,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
                           "config.yaml is written by `trmkit train`: restore it or train the run again") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (run, model, data, train)")
-    return from_dict(apply_overrides(raw, overrides or []), where=str(path))
+    return from_dict(apply_overrides(raw, overrides or []), where=str(path), apps=apps)
 
 
 def to_yaml(cfg: Config) -> str:
@@ -494,6 +474,10 @@ def to_yaml(cfg: Config) -> str:
 
 
 def replace(cfg: Config, section: str, **changes: Any) -> Config:
-    """A copy of cfg with some fields of one section changed (checks rerun)."""
+    """A copy of cfg with some fields of one generic section changed (checks rerun); an application's own
+    section: `with_section`."""
+    if section not in GENERIC_SECTIONS:
+        raise ConfigError(f"config: '{section}' is not a generic section ({', '.join(GENERIC_SECTIONS)}): "
+                          "set an application's section with with_section")
     new_section = dataclasses.replace(getattr(cfg, section), **changes)
     return dataclasses.replace(cfg, **{section: new_section})

@@ -1,4 +1,5 @@
-"""The task registry: a plain dict of name -> Task, written in code (see tasks/base.py, docs/tasks.md).
+"""The task registry: a plain dict of name -> Task, written in code (see tasks/base.py, docs/tasks.md),
+and the applications' config sections (SECTIONS, read by the config loader: trmkit/config.py).
 
 It sits above the tasks and the applications (the e-mail task lives in trmkit/email/) and
 below the CLI, which looks a task up here by name: `trmkit data NAME`, the store's meta.json
@@ -20,11 +21,16 @@ from typing import Callable, Iterable
 
 from trmkit.email.pretrain import TASK as EMAIL_MLM
 from trmkit.email.task import TASK as EMAIL
+from trmkit.rl.config import RLConfig
 from trmkit.tasks import arc, maze, pairs, sudoku
 from trmkit.tasks.base import Task
 
 TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL,
                                                          EMAIL_MLM)}
+
+# The applications' own config sections: name -> dataclass; trmkit.config builds and checks them when it is
+# given this dict (`config.load(path, overrides, apps=SECTIONS)`), and writes them beside the generic ones.
+SECTIONS: dict[str, type] = {"rl": RLConfig}
 
 
 def register(task: Task) -> Task:

@@ -7,9 +7,10 @@ from itertools import product
 
 import pytest
 
-from trmkit.config import Config, RLConfig
+from trmkit.config import Config
 from trmkit.rl import programs as P
 from trmkit.rl.canonical import Labeler
+from trmkit.rl.config import RLConfig
 from trmkit.rl.executor import Executor
 from trmkit.rl.seed import SeedObjective
 
@@ -104,7 +105,7 @@ def test_the_induction_label_is_valid_and_the_shortest(labeler, executor, names,
 
 
 def test_canonical_labels_are_seedings_targets():
-    cfg = Config(rl=RLConfig(sft_label="canonical", heldout_per_type=2))
+    cfg = Config(sections={"rl": RLConfig(sft_label="canonical", heldout_per_type=2)})
     said = []
     obj = SeedObjective(cfg, log=said.append)
     try:

@@ -3,13 +3,14 @@
 import pytest
 import torch
 
-from trmkit.config import Config, ConfigError, RLConfig, RunConfig
+from trmkit.config import Config, ConfigError, RunConfig
 from trmkit.rl import programs as P
+from trmkit.rl.config import RLConfig, with_rl
 from trmkit.rl.selfplay import SelfPlayObjective
 
 
 def pool_config(seed=3):
-    return Config(run=RunConfig(seed=seed), rl=RLConfig(seed_pool=9, buffer_size=4, heldout_per_type=2))
+    return with_rl(Config(run=RunConfig(seed=seed)), seed_pool=9, buffer_size=4, heldout_per_type=2)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_seed_pool_keeps_seeding_and_the_anchor_inside_the_pool(pooled, monkeypa
     anchors = []
     monkeypatch.setattr(obj, "examples", lambda n: anchors.append(SelfPlayObjective.examples(obj, n)) or anchors[-1])
     assert obj.anchor_groups("cpu")
-    assert len(anchors[0]) == obj.cfg.rl.anchor_examples
+    assert len(anchors[0]) == obj.rl.anchor_examples
     assert labels_seen(anchors[0], obj.pool) <= {t.key() for t in obj.pool}
 
 
@@ -56,7 +57,7 @@ def test_the_pool_is_fixed_by_the_run_seed(pooled):
 
 
 def test_pool_val_is_scored_by_evaluations_and_never_trained_on(monkeypatch):
-    cfg = Config(run=RunConfig(seed=3), rl=RLConfig(seed_pool=9, pool_val=3, buffer_size=4, heldout_per_type=2))
+    cfg = with_rl(Config(run=RunConfig(seed=3)), seed_pool=9, pool_val=3, buffer_size=4, heldout_per_type=2)
     said = []
     obj = SelfPlayObjective(cfg, log=said.append)
     try:
@@ -81,7 +82,7 @@ def test_pool_val_must_be_a_part_of_the_pool():
 
 def test_shortcut_tasks_drop_gives_the_solver_no_shortcut_task_and_counts_the_redraws():
     said = []
-    cfg = Config(run=RunConfig(seed=5), rl=RLConfig(buffer_size=4, heldout_per_type=2, shortcut_tasks="drop"))
+    cfg = with_rl(Config(run=RunConfig(seed=5)), buffer_size=4, heldout_per_type=2, shortcut_tasks="drop")
     obj = SelfPlayObjective(cfg, log=said.append)
     try:
         tasks = [obj.generated_task(kind, 3, 1) for kind in P.TYPES for _ in range(40)]
@@ -117,7 +118,7 @@ def test_shortcut_tasks_drop_ends_where_every_task_has_a_shortcut(monkeypatch):
     window where nothing else can be drawn ends after DROP_TRIES draws, counted, instead of looping forever."""
     from trmkit.rl import selfplay
 
-    cfg = Config(run=RunConfig(seed=6), rl=RLConfig(buffer_size=4, heldout_per_type=2, shortcut_tasks="drop"))
+    cfg = with_rl(Config(run=RunConfig(seed=6)), buffer_size=4, heldout_per_type=2, shortcut_tasks="drop")
     obj = SelfPlayObjective(cfg, log=lambda m: None)
     try:
         assert len(obj.generated_task("induction", 1, 1).program) == 2

@@ -212,6 +212,8 @@ def test_the_solvers_rollout_is_one_forward_per_task(monkeypatch):
 def test_anchor_only_role_weights_zero_send_no_rl_gradient():
     """The anchor-only arm (rl.weight_solve = weight_propose = weight_critique = 0): from the same rollout,
     the update's gradient is exactly the anchor loss's alone; with the preset's role weights it is not."""
+    import dataclasses
+
     import torch
 
     from trmkit import config as C
@@ -237,8 +239,8 @@ def test_anchor_only_role_weights_zero_send_no_rl_gradient():
         objective.critique(model, ctx, ro, objective.solve(model, ctx, ro, objective.propose(model, ctx, ro)))
         anchor = objective.anchor_groups("cpu")
         policy = objective.policy_groups(ro, "cpu")
-        objective.cfg.rl = C.RLConfig(**{**vars(cfg.rl), "weight_solve": 0.7, "weight_propose": 0.15,
-                                         "weight_critique": 0.15})
+        objective.rl = dataclasses.replace(objective.rl, weight_solve=0.7, weight_propose=0.15,
+                                           weight_critique=0.15)
         weighted = objective.policy_groups(ro, "cpu")
 
         def gradient(groups):

@@ -20,6 +20,7 @@ from trmkit.config import Config, TrainConfig
 from trmkit.model.trm import TRM
 from trmkit.rl import heldout
 from trmkit.rl import programs as P
+from trmkit.rl.config import rl_config
 from trmkit.rl.executor import Executor
 from trmkit.rl.policy import encode, sample
 from trmkit.rl.sandbox import Limits
@@ -36,7 +37,7 @@ class CodeObjective:
 
     def __init__(self, cfg: Config, log: Log = print):
         self.cfg, self.log = cfg, log
-        rl = cfg.rl
+        self.rl = rl = rl_config(cfg)  # the rl section, typed and checked
         self.executor = Executor(Limits(cpu_seconds=rl.sandbox_cpu_seconds, wall_seconds=rl.sandbox_wall_seconds,
                                         memory_bytes=rl.sandbox_memory_mb * 2**20), rl.cache_mb * 2**20)
         items = heldout.for_config(rl.heldout_seed, rl.heldout_per_type, log)
@@ -63,7 +64,7 @@ class CodeObjective:
 
     def identity(self) -> dict:
         return {"task": "selfplay-code", "vocab": list(P.VOCAB), "seq_len": P.max_length(),
-                "heldout_seed": self.cfg.rl.heldout_seed, "heldout_per_type": self.cfg.rl.heldout_per_type}
+                "heldout_seed": self.rl.heldout_seed, "heldout_per_type": self.rl.heldout_per_type}
 
     def state_dict(self) -> dict:
         version, internal, gauss = self.rng.getstate()

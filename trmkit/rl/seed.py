@@ -41,11 +41,11 @@ class SeedObjective(CodeObjective):
     def __init__(self, cfg: Config, log: Log = print):
         super().__init__(cfg, log)
         self.searcher = heldout.Searcher()  # tags the pool's validation tasks; self-play's shortcut filter
-        self.pool = self.make_pool(cfg.rl.seed_pool) if cfg.rl.seed_pool else []
-        if cfg.rl.pool_val:
-            self.pool, self.validation = self.split_pool(self.pool, cfg.rl.pool_val)
+        self.pool = self.make_pool(self.rl.seed_pool) if self.rl.seed_pool else []
+        if self.rl.pool_val:
+            self.pool, self.validation = self.split_pool(self.pool, self.rl.pool_val)
         self.pool_of = {k: [t for t in self.pool if t.kind == k] for k in P.TYPES}
-        self.labeler = Labeler() if cfg.rl.sft_label == "canonical" else None
+        self.labeler = Labeler() if self.rl.sft_label == "canonical" else None
         if self.labeler is not None:
             log("rl: sft_label=canonical: abduction targets are the output where it is a valid input, else the "
                 "smallest valid input; induction targets the shortest consistent program (rl/canonical.py)")
@@ -94,7 +94,7 @@ class SeedObjective(CodeObjective):
         examples = self.examples(cfg.batch_size)
         groups = self.groups(examples, ctx.device)
         model.train()
-        stats = chunked_backward(model, groups, ctx, self.cfg.rl.log_ratio_clip, on_oom)
+        stats = chunked_backward(model, groups, ctx, self.rl.log_ratio_clip, on_oom)
         apply_updates(model, opts)
         self.steps += 1
         dt = time.perf_counter() - t0
@@ -109,7 +109,7 @@ class SeedObjective(CodeObjective):
 
     def examples(self, n: int) -> list[tuple[str, str, list[int], list[int], list[float]]]:
         """(role, kind, prompt row, target response, weights) for n generated examples."""
-        rl = self.cfg.rl
+        rl = self.rl
         shares = [rl.seed_share_solve, rl.seed_share_propose, rl.seed_share_critique]
         if sum(shares) <= 0:
             shares = [1.0, 0.0, 0.0]
@@ -148,7 +148,7 @@ class SeedObjective(CodeObjective):
             start = response.index(P.TOKEN["<answer>"])
             end = response.index(P.TOKEN["</answer>"])
             for j in range(start + 1, end):
-                w[j] += self.cfg.rl.seed_answer_weight
+                w[j] += self.rl.seed_answer_weight
         return w
 
     def _solve_example(self, kind: str):

@@ -88,20 +88,20 @@ class SelfPlayObjective(SeedObjective):
     def __init__(self, cfg: Config, log: Log = print):
         super().__init__(cfg, log)
         self.stats = R.RunningStats()
-        self.buffer: dict[str, deque] = {k: deque(maxlen=cfg.rl.buffer_size) for k in P.TYPES}
+        self.buffer: dict[str, deque] = {k: deque(maxlen=self.rl.buffer_size) for k in P.TYPES}
         self.buffer_keys: set[str] = set()
-        self.curriculum = Curriculum(cfg.rl.curriculum_step, cfg.rl.mixed_target, cfg.rl.proposer_share)
+        self.curriculum = Curriculum(self.rl.curriculum_step, self.rl.mixed_target, self.rl.proposer_share)
         if self.curriculum.moving:
-            log(f"rl: curriculum_step={cfg.rl.curriculum_step}: the generator's min and max statements move by it "
-                f"while fewer than {cfg.rl.mixed_target:.0%} of a type's tasks have mixed outcomes; the proposer's "
-                f"share grows from {cfg.rl.proposer_share} to {MAX_PROPOSER_SHARE} with its reward (rl/curriculum.py)")
+            log(f"rl: curriculum_step={self.rl.curriculum_step}: the generator's min and max statements move by it "
+                f"while fewer than {self.rl.mixed_target:.0%} of a type's tasks have mixed outcomes; the proposer's "
+                f"share grows from {self.rl.proposer_share} to {MAX_PROPOSER_SHARE} with its reward (rl/curriculum.py)")
         self.reference_path: str | None = None  # the seed run whose policy "KL to the seed" compares with
         self.reference: TRM | None = None
-        if cfg.rl.shortcut_tasks == "drop":
+        if self.rl.shortcut_tasks == "drop":
             log("rl: shortcut_tasks=drop: the solver's generated tasks never have a shortcut (empty, constant or "
                 "copied output, copy-the-output input, one-statement program), as the headline leaves them out")
         for kind in P.TYPES:  # the seed buffer: generated tasks, as AZR starts from a seed program
-            for _ in range(min(256, cfg.rl.buffer_size)):
+            for _ in range(min(256, self.rl.buffer_size)):
                 self._remember(self.fresh_task(kind))
 
     def _remember(self, task: P.CodeTask) -> bool:
@@ -142,7 +142,7 @@ class SelfPlayObjective(SeedObjective):
     def step(self, model: TRM, opts: Optimizers, cfg: TrainConfig, ctx: StepContext,
              on_oom=None) -> dict[str, float]:
         t0 = time.perf_counter()
-        set_learning_rates(opts, self.steps, dataclasses.replace(cfg, lr=self.cfg.rl.lr))
+        set_learning_rates(opts, self.steps, dataclasses.replace(cfg, lr=self.rl.lr))
         model.eval()
         ro = Rollout()
         fresh = self.propose(model, ctx, ro)
@@ -153,8 +153,8 @@ class SelfPlayObjective(SeedObjective):
         groups = self.policy_groups(ro, ctx.device) + self.anchor_groups(ctx.device)
         model.train()
         norms = []
-        for _ in range(self.cfg.rl.update_epochs):
-            stats = chunked_backward(model, groups, ctx, self.cfg.rl.log_ratio_clip, on_oom)
+        for _ in range(self.rl.update_epochs):
+            stats = chunked_backward(model, groups, ctx, self.rl.log_ratio_clip, on_oom)
             norms.append(self.clip_gradients(model))
             apply_updates(model, opts)
         t2 = time.perf_counter()
@@ -191,7 +191,7 @@ class SelfPlayObjective(SeedObjective):
             inputs = encode([P.prompt("solve", kind, P.task_tokens(t)) for t in tasks], len(P.VOCAB), ctx.device)
             n, (a, b) = P.layout("solve", kind).response, P.answer_span(kind)
             with ctx.autocast():
-                new, old = (response_logits(m, inputs, n)[:, a:b] / self.cfg.rl.temperature
+                new, old = (response_logits(m, inputs, n)[:, a:b] / self.rl.temperature
                             for m in (model, self.reference))
             logp, logq = new.log_softmax(-1), old.log_softmax(-1)
             kls.append((logp.exp() * (logp - logq)).sum(-1).mean())
@@ -200,17 +200,17 @@ class SelfPlayObjective(SeedObjective):
     def clip_gradients(self, model: TRM) -> float:
         """The gradient's global norm before clipping (clipped to rl.max_grad_norm when set)."""
         params = [p for p in model.parameters() if p.grad is not None]
-        limit = self.cfg.rl.max_grad_norm
+        limit = self.rl.max_grad_norm
         return float(torch.nn.utils.clip_grad_norm_(params, limit if limit > 0 else float("inf")))
 
     def _draw(self, model, ctx, role: str, kind: str, rows: list[list[int]], k: int) -> Draw:
         inputs = encode(rows, len(P.VOCAB), ctx.device)
         return draw(model, inputs, P.layout(role, kind).response, k, ctx.micro_batch, ctx.autocast,
-                    self.cfg.rl.temperature)
+                    self.rl.temperature)
 
     def propose(self, model, ctx, ro: Rollout) -> dict[str, list]:
         """Proposals; returns kind -> [(well formed, completed task or None)], one per sample."""
-        rl, fresh = self.cfg.rl, {}
+        rl, fresh = self.rl, {}
         for kind in P.TYPES:
             n = rl.proposals_per_type  # the moving curriculum: enough prompts for the proposer's share
             if self.curriculum.moving:
@@ -244,7 +244,7 @@ class SelfPlayObjective(SeedObjective):
 
     def solve(self, model, ctx, ro: Rollout, fresh: dict) -> dict[str, list]:
         """k answers per task from one forward; rewards for the solver and, from the solve rates, the proposer."""
-        rl, attempts = self.cfg.rl, {}
+        rl, attempts = self.rl, {}
         for kind in P.TYPES:
             valid = [task for _, task in fresh[kind] if task is not None]
             proposed = valid[:self.curriculum.slots(kind, rl.tasks_per_type)]
@@ -277,7 +277,7 @@ class SelfPlayObjective(SeedObjective):
         """A generated solver task; with rl.shortcut_tasks=drop, one no shortcut solves (rl/heldout.py's test, at
         most DROP_TRIES draws). The test reads the executed output, as the reward does; no loss takes it as a
         target, and the solver still sees only the task."""
-        if self.cfg.rl.shortcut_tasks == "keep":
+        if self.rl.shortcut_tasks == "keep":
             return self.fresh_task(kind, max_len, min_len)
         if kind == "induction":  # a one-statement program is always the one-statement shortcut
             min_len, max_len = max(min_len, 2), max(max_len, 2)
@@ -291,7 +291,7 @@ class SelfPlayObjective(SeedObjective):
         return task
 
     def _propose_rewards(self, ro: Rollout, kind: str, fresh: list, rate_of: dict) -> None:
-        rl, part = self.cfg.rl, ro.parts[("propose", kind)]
+        rl, part = self.rl, ro.parts[("propose", kind)]
         flat = [R.propose_reward(rate_of.get(id(task)) if task is not None else None, formed, rl.format_penalty)
                 for formed, task in fresh]
         part.rewards = np.array(flat).reshape(len(part.rows), rl.propose_samples).tolist()
@@ -299,7 +299,7 @@ class SelfPlayObjective(SeedObjective):
         ro.metrics[f"propose/difficulty/{kind}"] = float(np.mean(used)) if used else float("nan")
 
     def critique(self, model, ctx, ro: Rollout, attempts: dict) -> None:
-        rl = self.cfg.rl
+        rl = self.rl
         for kind in P.TYPES:
             pool = attempts[kind]
             picks = [pool[self.rng.randrange(len(pool))] for _ in range(rl.critiques_per_type)]
@@ -332,9 +332,9 @@ class SelfPlayObjective(SeedObjective):
     # ---- the update -----------------------------------------------------------------------------
 
     def advantages(self, role: str, kind: str, rewards: list[list[float]]) -> list[list[float]]:
-        if self.cfg.rl.baseline == "group":
+        if self.rl.baseline == "group":
             return R.group_advantages(rewards)
-        if self.cfg.rl.baseline == "expert":
+        if self.rl.baseline == "expert":
             return R.expert_advantages(rewards)
         key, flat = f"{kind}|{role}", [r for row in rewards for r in row]
         self.stats.update(key, flat)
@@ -343,7 +343,7 @@ class SelfPlayObjective(SeedObjective):
 
     def policy_groups(self, ro: Rollout, device) -> list[Group]:
         """One Group per (role, type); each role's samples share its weight (rl.weight_*)."""
-        rl = self.cfg.rl
+        rl = self.rl
         beta = {"propose": rl.beta_propose, "solve": rl.beta_solve, "critique": rl.beta_critique}
         weight = {"propose": rl.weight_propose, "solve": rl.weight_solve, "critique": rl.weight_critique}
         samples = {role: sum(p.draw.responses.shape[0] * p.draw.responses.shape[1]
@@ -361,7 +361,7 @@ class SelfPlayObjective(SeedObjective):
     def anchor_groups(self, device) -> list[Group]:
         """The seeding loss on fresh executor traces, weighted rl.anchor_weight: it ties the policy to
         well-formed outputs and teaches the think slots, which the policy gradient leaves alone."""
-        rl = self.cfg.rl
+        rl = self.rl
         if rl.anchor_weight <= 0:
             return []
         examples = self.examples(rl.anchor_examples)
@@ -398,7 +398,7 @@ class SelfPlayObjective(SeedObjective):
         forward_rows = sum(g.inputs.shape[0] for g in groups)  # one forward per prompt, however many samples
         m["perf/rollout_rows_per_s"] = forward_rows / max(times[0], 1e-9)
         m["perf/rollout_tokens_per_s"] = sum(g.inputs.numel() for g in groups) / max(times[0], 1e-9)
-        m["perf/update_tokens_per_s"] = sum(g.inputs.numel() for g in groups) * self.cfg.rl.update_epochs / max(
+        m["perf/update_tokens_per_s"] = sum(g.inputs.numel() for g in groups) * self.rl.update_epochs / max(
             times[1], 1e-9)
         m["perf/samples"] = float(sum(g.samples for g in groups))
         m["cache/hit_rate"] = self.executor.cache.hit_rate

@@ -41,18 +41,20 @@ RUN_FILES = (rundir.CONFIG, rundir.PLAN, rundir.DATA_META, rundir.METRICS, rundi
              rundir.CLASSIFICATION_VAL, rundir.CALIBRATION, rundir.SUBMISSION, rundir.EVAL_STEPS)
 
 
-def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str) -> Config:
+def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str,
+                 apps: config_mod.AppSections | None = None) -> Config:
     """The config of a training command: the YAML and overrides, or with resume the run's own
-    config.yaml (overrides still apply, run.dir is the resumed directory)."""
+    config.yaml (overrides still apply, run.dir is the resumed directory); `apps`: the applications'
+    sections to check with the rest (trmkit/registry.py's SECTIONS)."""
     if resume:
         run_dir = Path(resume)
         if not rundir.path(run_dir, rundir.CONFIG).is_file():
             raise ConfigError(f"--resume {run_dir}: no {rundir.CONFIG} there; is it a run directory?")
         extra = ([config] if config and "=" in config else []) + list(overrides)
-        return config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra + [f"run.dir={run_dir}"])
+        return config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra + [f"run.dir={run_dir}"], apps)
     if not config:
         raise ConfigError(f"give a config (e.g. {example}) or --resume RUN_DIR")
-    return config_mod.load(config, overrides)
+    return config_mod.load(config, overrides, apps)
 
 
 # --------------------------------------------------------------------------- before the plan
