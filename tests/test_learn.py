@@ -14,6 +14,7 @@ import pytest
 from trmkit import cli, hardware, learn
 from trmkit import config as config_mod
 from trmkit.config import ConfigError
+from trmkit.tasks.sudoku import SudokuLearnSet
 from trmkit.train import evaluate, session
 
 TINY = """
@@ -21,7 +22,7 @@ run: {seed: 0, threads: 1, dtype: float32, compile: "off"}
 model: {mixer: mlp_t, hidden_size: 32, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
 train: {batch_size: 8, lr: 1.0e-3, warmup_steps: 2, ema_decay: 0.9, ema_warmup: true, max_steps: 5}
 """
-SMALL = learn.LearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=3)
+SMALL = SudokuLearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_the_set_is_rebuilt_when_its_arguments_differ(runs):
     assert learn.ensure_dataset(SMALL, data, log=lambda m: None) is False
     before = (data / "test" / "inputs.npy").read_bytes()
     notes = []
-    other = learn.LearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=4)
+    other = SudokuLearnSet(train_puzzles=12, test_puzzles=4, givens="30-32", aug=1, seed=4)
     assert learn.ensure_dataset(other, data, log=notes.append) is True
     assert any("seed: 3 -> 4" in n for n in notes), notes
     assert (data / "test" / "inputs.npy").read_bytes() != before
@@ -213,7 +214,7 @@ def test_a_maze_curve_uses_the_maze_set_and_reports_its_scorer(tmp_path, monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "tiny.yaml").write_text(TINY)
     cfg = config_mod.load(tmp_path / "tiny.yaml")
-    spec = maze.LearnSet(size=7, train_mazes=12, test_mazes=4, min_path=4, aug=1)
+    spec = maze.MazeLearnSet(size=7, train_mazes=12, test_mazes=4, min_path=4, aug=1)
     logs = []
     points = learn.learning_curve(cfg, hardware.probe(), 0.01, None, tmp_path / "m", spec, log=logs.append,
                                   task=maze.TASK)

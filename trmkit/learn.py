@@ -1,10 +1,13 @@
 """Accuracy per CPU-hour: train a config for a wall-clock budget on a task's fixed generated set.
 
 `trmkit bench --learn MINUTES CONFIG [--task sudoku|maze]` builds (once) the
-task's fixed generated set (its `Task.learn_set`), trains CONFIG on it with the training loop's own pieces
-(`session.prepare`, `train_step`, `evaluate.run_eval`: the same planner, step,
-memory guard and EMA evaluation as `trmkit train`) and evaluates the
-held-out puzzles every `every` minutes of training and at the end.
+task's fixed generated set (its `Task.learn_set`), trains CONFIG on it with the one trainer
+(train/run.py: the same planner, loop, step, memory guard and EMA evaluation as `trmkit train`)
+and evaluates the held-out puzzles every `every` minutes of training and at the end. The curve
+is hooks on the training loop (`Curve`), not a loop of its own; the run lives in a temporary
+run directory (`keep` keeps its final weights and config), with the loop's periodic evaluations
+and checkpoints off (train.eval_every=0, train.checkpoint_every=0, train.checkpoint_minutes=0):
+the curve evaluates at its marks, and nothing is saved while it trains.
 
 How time is counted:
 - The budget is *training* time: the steps themselves, including a
@@ -32,11 +35,11 @@ How time is counted:
 
 The task's scorer adds its metrics to each point (maze: valid_path_accuracy).
 
-Sudoku's fixed set (`tasks.sudoku.LearnSet`, defaults): 1000 training puzzles with 24-26
+Sudoku's fixed set (`tasks.sudoku.SudokuLearnSet`, defaults): 1000 training puzzles with 24-26
 givens, each with 100 augmented copies (101,000 training examples; the
 stream draws one copy per puzzle per epoch), and 200
 held-out puzzles (not augmented), generated with seed 0; every puzzle has
-exactly one solution. Maze's (`tasks.maze.LearnSet`): 10,000 training
+exactly one solution. Maze's (`tasks.maze.MazeLearnSet`): 10,000 training
 mazes of 15 x 15 with shortest paths of at least 28 steps, each with its 7
 other symmetries, and 500 held-out mazes. A set is reused when the
 directory's meta.json records the same build arguments, and rebuilt otherwise.
@@ -44,6 +47,7 @@ directory's meta.json records the same build arguments, and rebuilt otherwise.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,18 +62,19 @@ from trmkit.data.store import StoreError, open_split
 from trmkit.hardware import HardwareInfo
 from trmkit.tasks import sudoku
 from trmkit.tasks.base import Task
-from trmkit.tasks.sudoku import LearnSet
+from trmkit.tasks.sudoku import SudokuLearnSet
 from trmkit.train import depth, evaluate, session
 from trmkit.train.finish import save_weights
-from trmkit.train.step import train_step
+from trmkit.train.hooks import Hooks
+from trmkit.train.run import run
 from trmkit.train.timefit import TimeFit
 
 Log = Callable[[str], None]
-DEFAULT_DATA_DIR = "data/learn-sudoku"  # the Sudoku set's (LearnSet.default_dir)
+DEFAULT_DATA_DIR = "data/learn-sudoku"  # the Sudoku set's (SudokuLearnSet.default_dir)
 SCHEDULES = ("budget", "config")
 
 
-FIXED_SET = LearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku/task.py)
+FIXED_SET = SudokuLearnSet()  # the Sudoku set `trmkit bench --learn` measures on (tasks/sudoku/task.py)
 
 
 def learn_set(task: Task):
@@ -177,60 +182,102 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
     data_dir = data_dir or spec.default_dir
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
-    cfg = config_mod.replace(cfg, "train", max_minutes=minutes)  # the planner weighs compile against the budget
-    s = session.prepare(cfg, hw, log=log, cache_dir=cache_dir, scorer=task.scorer, sampler=task.sampler,
-                        before_training=task.before_training)
-    log(f"learn: {minutes:g} min of training, evaluated at {', '.join(f'{m:g}' for m in points_at)} min "
-        f"on {len(s.data.test)} held-out {task.name} examples; evaluation time is not counted; load average "
-        f"{psutil.getloadavg()[0]:.2f} at start")
-    fit = TimeFit(budget_s=60 * minutes, start_s=0.0, model=s.cfg.model,
-                  ends=depth.stage_ends(s.cfg.train.depth_curriculum),
-                  counted="evaluation not counted") if schedule == "budget" else None
-    points = run_curve(s, [60 * m for m in points_at], log, fit, target)
-    if keep is not None:
-        keep_run(s, Path(keep), log)
-    return points
+    curve = Curve([60 * m for m in points_at], task.name, schedule, log, target,
+                  Path(keep) if keep is not None else None)
+    with tempfile.TemporaryDirectory(prefix="trmkit-learn-") as tmp:
+        cfg = curve_config(cfg, minutes, tmp, log)
+        result = run(cfg, hw, hooks=curve, log=log, cache_dir=cache_dir, scorer=task.scorer, sampler=task.sampler,
+                     before_training=task.before_training)
+    if result.get("stopped"):
+        log(f"learn: stopped by {result['stopped']} after {len(curve.points)} of {len(points_at)} points")
+    return curve.points
+
+
+def curve_config(cfg: Config, minutes: float, run_dir: str, log: Log) -> Config:
+    """The config a curve trains: in a temporary run directory, without the loop's own evaluations,
+    checkpoints or time fit (the curve evaluates at its marks and fits its schedule to training time)."""
+    log(f"learn: run.dir={run_dir} (temporary: --keep DIR keeps the final weights), train.eval_every=0, "
+        "train.checkpoint_every=0, train.checkpoint_minutes=0, train.fit_to_time=false (the curve evaluates at "
+        f"its marks, saves nothing while it trains, and fits its own schedule), train.max_minutes={minutes:g} "
+        "(the planner weighs compile against the budget)")
+    cfg = config_mod.replace(cfg, "run", dir=run_dir)
+    return config_mod.replace(cfg, "train", max_minutes=minutes, eval_every=0, checkpoint_every=0,
+                              checkpoint_minutes=0.0, fit_to_time=False)
 
 
 def keep_run(s: session.Session, run_dir: Path, log: Log) -> None:
     """The final (EMA) weights and the config that built them, so `trmkit eval run_dir` can score them."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    files.write_text(rundir.path(run_dir, rundir.CONFIG), config_mod.to_yaml(s.cfg))
+    cfg = config_mod.replace(s.cfg, "run", dir=str(run_dir))  # not the curve's temporary one
+    files.write_text(rundir.path(run_dir, rundir.CONFIG), config_mod.to_yaml(cfg))
     weights = save_weights(s.model, s.opts.ema, run_dir)
     log(f"learn: kept the final weights in {weights} (trmkit eval {run_dir} --data OTHER scores them)")
 
 
-def run_curve(s: session.Session, marks_s: list[float], log: Log = print,
-              fit: TimeFit | None = None, target: tuple[str, float] | None = None) -> list[Point]:
-    """Steps until each mark (seconds of training time), then an evaluation.
+class Curve(Hooks):
+    """The learning curve as hooks on the training loop: training time is counted on the curve's own clock
+    (evaluations excluded); after the first step that brings it to or past each mark (at least one step
+    per point, even when a step outlasts the interval), an evaluation, a Point. The steps end after the
+    last mark's point, or at the first that reaches `target` (metric, value); only these end them
+    (owns_end), not train.max_steps.
 
-    fit: fits the lr schedule to the budget (marks_s[-1]) from the training time (start_s 0); None keeps
-    the config's train.max_steps.
-    target: (metric, value): stop after the first evaluation at which the metric reaches the value.
-    """
-    clock, batch, points = session.Clock(), s.cfg.train.batch_size, []
-    guard = s.run.guard
-    on_oom = (lambda err: guard.on_oom(s.state.step, err)) if guard else None
-    for mark in marks_s:
-        first = s.state.step  # at least one step per point, even when a step outlasts the interval
-        while clock.train_seconds() < mark or s.state.step == first:
-            metrics = train_step(s.model, s.state, s.data.stream, s.opts, s.cfg.train, s.ctx, on_oom)
-            if guard is not None:
-                s.ctx.micro_batch = guard.observe(s.state.step, guard.reader.read())
-            clock.samples += batch
-            due = fit.observe(s.state.step, clock.train_seconds(), s.cfg.train.max_steps) if fit else None
-            if due is not None:  # the first step (compile) is not timed: observe starts the clock after it
-                s.cfg = config_mod.replace(s.cfg, "train", max_steps=due[0])
-                log(f"learn: schedule: {due[1]}")
-            elif s.state.step == s.cfg.train.max_steps:
-                log(f"learn: step {s.state.step} = train.max_steps: the lr schedule has ended, lr stays at "
-                    f"{metrics['train/lr']:.3g} (train.max_steps=N stretches it)")
-        points.append(evaluate_point(s, clock, metrics["train/lr"]))
-        log(format_point(points[-1]))
-        if target is not None and point_value(points[-1], target[0]) >= target[1]:
-            log(f"learn: {target[0]} >= {target[1]:g} reached; training stops here (--target)")
-            break
-    return points
+    schedule "budget": the lr schedule is fitted to the budget (marks_s[-1]) from the training time;
+    "config" keeps the config's train.max_steps. keep: a folder that receives the final weights and config."""
+
+    owns_end = True
+
+    def __init__(self, marks_s: list[float], task_name: str, schedule: str = "budget", log: Log = print,
+                 target: tuple[str, float] | None = None, keep: Path | None = None) -> None:
+        self.marks_s, self.task_name, self.schedule = list(marks_s), task_name, schedule
+        self.log, self.target, self.keep = log, target, keep
+        self.points: list[Point] = []
+        self.last_evals: dict | None = None  # the last point's evaluation, at step self.first
+        self.clock, self.first, self.done = session.Clock(), 0, False  # started again by on_start
+        self.fit: TimeFit | None = None
+
+    def on_start(self, s: session.Session) -> None:
+        at = ", ".join(f"{m / 60:g}" for m in self.marks_s)
+        self.log(f"learn: {self.marks_s[-1] / 60:g} min of training, evaluated at {at} min on {len(s.data.test)} "
+                 f"held-out {self.task_name} examples; evaluation time is not counted; load average "
+                 f"{psutil.getloadavg()[0]:.2f} at start")
+        self.fit = TimeFit(budget_s=self.marks_s[-1], start_s=0.0, model=s.cfg.model,
+                           ends=depth.stage_ends(s.cfg.train.depth_curriculum),
+                           counted="evaluation not counted") if self.schedule == "budget" else None
+        self.clock, self.first = session.Clock(), s.state.step
+
+    def on_step(self, s: session.Session, metrics: dict[str, float]) -> None:
+        clock = self.clock
+        clock.samples += s.cfg.train.batch_size
+        due = self.fit.observe(s.state.step, clock.train_seconds(), s.cfg.train.max_steps) if self.fit else None
+        if due is not None:  # the first step (compile) is not timed: observe starts the clock after it
+            s.cfg = config_mod.replace(s.cfg, "train", max_steps=due[0])
+            self.log(f"learn: schedule: {due[1]}")
+        elif s.state.step == s.cfg.train.max_steps:
+            self.log(f"learn: step {s.state.step} = train.max_steps: the lr schedule has ended, lr stays at "
+                     f"{metrics['train/lr']:.3g} (train.max_steps=N stretches it)")
+        if clock.train_seconds() >= self.marks_s[len(self.points)] and s.state.step != self.first:
+            self.point(s, metrics["train/lr"])
+
+    def point(self, s: session.Session, lr: float) -> None:
+        """An evaluation at a mark; the last mark, or the target reached, ends the steps."""
+        point, self.last_evals = evaluate_point(s, self.clock, lr)
+        self.points.append(point)
+        self.first = s.state.step
+        self.log(format_point(point))
+        self.done = len(self.points) == len(self.marks_s)
+        if self.target is not None and point_value(point, self.target[0]) >= self.target[1]:
+            self.log(f"learn: {self.target[0]} >= {self.target[1]:g} reached; training stops here (--target)")
+            self.done = True
+
+    def should_stop(self, s: session.Session) -> bool:
+        return self.done
+
+    def evaluation(self, s: session.Session) -> dict | None:
+        return self.last_evals if self.points and self.first == s.state.step else None
+
+    def after_training(self, s: session.Session, result: dict) -> None:
+        if self.keep is not None:
+            keep_run(s, self.keep, self.log)
 
 
 def parse_target(text: str | None) -> tuple[str, float] | None:
@@ -273,7 +320,8 @@ def time_to_target(points: list[Point], target: tuple[str, float]) -> str:
             f"(best {point_value(best, key):.3f} at {best.minutes:.2f} min, step {best.steps})")
 
 
-def evaluate_point(s: session.Session, clock: session.Clock, lr: float) -> Point:
+def evaluate_point(s: session.Session, clock: session.Clock, lr: float) -> tuple[Point, dict]:
+    """The held-out set scored on the weights in hand (EMA when on): (its Point, the evaluation's metrics)."""
     trained = clock.train_seconds()
     t0 = time.perf_counter()
     evals = evaluate.run_eval(s)
@@ -285,7 +333,7 @@ def evaluate_point(s: session.Session, clock: session.Clock, lr: float) -> Point
                  exact_accuracy=evals["exact_accuracy"], cell_accuracy=evals["cell_accuracy"],
                  loss=evals["loss"], act_steps=evals["act_steps"], lr=lr, eval_seconds=seconds,
                  wall_minutes=(time.perf_counter() - clock.start) / 60, load_average=psutil.getloadavg()[0],
-                 task_metrics={k: float(v) for k, v in evals.items() if k not in GENERIC})
+                 task_metrics={k: float(v) for k, v in evals.items() if k not in GENERIC}), evals
 
 
 GENERIC = ("loss", "cell_accuracy", "blank_accuracy", "exact_accuracy", "act_steps", "samples")

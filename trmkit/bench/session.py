@@ -7,6 +7,10 @@ the dtype, micro-batch and compile from the config instead of the planner's
 choices (it measures what the config asks for; the planner's apply_to_model
 still sets them on the model, as in training), and runs on the CPU only (the
 peak it divides by is the CPU's).
+
+The bench measures the step, not a training: it is no hook on the training loop (a training would
+plan its own dtype, micro-batch and compile, need a store, write a run directory and evaluate), but
+its timed steps are the loop's own (`loop.run_step`), so what it times is what training runs.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from trmkit.plan import Choice, Plan, apply_to_model
 from trmkit.plan.choose import choose_fused_inference, choose_keep_freed_memory
 from trmkit.plan.objects import CPU, DTYPES
 from trmkit.train.session import build_optimizers, fill_from_meta, open_splits
-from trmkit.train.step import Optimizers, StepContext, TrainState, new_state, train_step
+from trmkit.train.loop import run_step
+from trmkit.train.step import Optimizers, StepContext, TrainState, new_state
 
 Log = Callable[[str], None]
 
@@ -135,7 +140,7 @@ def timed_steps(s: BenchSession, n: int, log: Log | None = None, label: str = "s
     times = []
     for i in range(n):
         start = time.perf_counter()
-        train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+        run_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
         times.append(time.perf_counter() - start)
         if log:
             log(f"{label} {i + 1}/{n}: {times[-1]:.3f} s")

@@ -3,8 +3,9 @@ that fine-tunes the classifier from it.
 
     trmkit email pretrain data/mine-k10 --minutes 20
       1. builds the email-mlm store (email/pretrain.py) beside STORE, or reuses the one built from it before
-      2. trains configs/email-pretrain.yaml on it with the one trainer; a run directory that holds
-         checkpoints is resumed exactly (Ctrl-C, then the same command, loses at most the last interval)
+      2. trains configs/email-pretrain.yaml on it with the one trainer (train/run.py, planned from the same
+         measurement cache as `trmkit train`); a run directory that holds checkpoints is resumed exactly
+         (Ctrl-C, then the same command, loses at most the last interval)
       3. prints `trmkit train configs/email-fast.yaml data.path=STORE train.init_from=RUN`
 
 No label is read: the labelled and the unlabelled training messages (and the validation split's) are
@@ -40,9 +41,9 @@ def add_arguments(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trmkit import hardware
-    from trmkit.train import checkpoint, loop
+    from trmkit.train import checkpoint
     from trmkit.train.resume import load_for_run
-    from trmkit.train.session import prepare
+    from trmkit.train.run import run as train
 
     source = Path(args.data)
     store = Path(args.store_out) if args.store_out else source.with_name(source.name + "-mlm")
@@ -60,12 +61,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{run_dir} is a run directory without checkpoints (finished or stopped before its first "
                           "save): give another --run-dir, or remove it yourself")
     cfg = load_for_run(args.config, extra + ([] if resume else [f"run.dir={run_dir}"]), resume, CONFIG)
-    session = prepare(cfg, hardware.probe())
-    result = loop.train(session, is_tty=sys.stdout.isatty())
+    result = train(cfg, hardware.probe(), cache_dir=args.cache_dir, resume=bool(resume), is_tty=sys.stdout.isatty())
     if result.get("stopped"):  # saved; the same command resumes it
         return int(result["exit_code"])
     _stderr(f"pretrain: done. Fine-tune the classifier from it:\n  trmkit train configs/email-fast.yaml "
-            f"data.path={source} train.init_from={session.cfg.run.dir}")
+            f"data.path={source} train.init_from={cfg.run.dir}")
     return 0
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import ConfigError
+from trmkit.rl.config import APPS
+from trmkit.train.hooks import Hooks
 
 RL_TASK = "selfplay-code"  # data_meta.json's "task" of a seeding or self-play run (rl/objective.py's identity)
 
@@ -58,7 +60,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
     if args.resume:
         rundir.check_task(args.resume, RL_TASK, f"a `trmkit rl seed|train` run: `trmkit train --resume {args.resume}` "
                                                 "continues it")
-    return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml")
+    return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml", APPS)
 
 
 def make_objective(kind: str, cfg: config_mod.Config, log=print):
@@ -88,23 +90,32 @@ def init_from(session, run_dir: Path, log=print) -> None:
     log(f"init: weights of {run_dir} ({path})")
 
 
+class StartFrom(Hooks):
+    """--init RUN_DIR: a new run starts from that run's weights (a resumed run has its own)."""
+
+    def __init__(self, run_dir: Path, objective) -> None:
+        self.run_dir, self.objective = run_dir, objective
+
+    def on_start(self, s) -> None:
+        from trmkit.rl.selfplay import SelfPlayObjective
+        from trmkit.train import checkpoint
+
+        if not checkpoint.list_checkpoints(s.cfg.run.dir):
+            init_from(s, self.run_dir)
+            if isinstance(self.objective, SelfPlayObjective):  # it measures how far it moves from the seed
+                self.objective.set_reference(str(self.run_dir.resolve()))
+
+
 def run_training(args: argparse.Namespace) -> int:
     from trmkit import hardware
-    from trmkit.rl.selfplay import SelfPlayObjective
-    from trmkit.train import checkpoint, loop
-    from trmkit.train.resume import claim_run_dir
-    from trmkit.train.session import prepare
+    from trmkit.train.run import run
 
     cfg = load_config(args)
-    claim_run_dir(cfg.run.dir, bool(args.resume), args.force)  # as `trmkit train`: never resumed unasked
     objective, cfg = make_objective(args.rl_command, cfg)
-    try:
-        session = prepare(cfg, hardware.probe(), cache_dir=args.cache_dir, objective=objective)
-        if args.init and not checkpoint.list_checkpoints(session.cfg.run.dir):  # a resumed run has its own
-            init_from(session, Path(args.init))
-            if isinstance(objective, SelfPlayObjective):  # it measures how far it moves from the seed
-                objective.set_reference(str(Path(args.init).resolve()))
-        result = loop.train(session, is_tty=sys.stdout.isatty())
+    hooks = StartFrom(Path(args.init), objective) if args.init else Hooks()
+    try:  # the run.dir is claimed as by `trmkit train`: never resumed unasked
+        result = run(cfg, hardware.probe(), hooks=hooks, cache_dir=args.cache_dir, objective=objective,
+                     resume=bool(args.resume), force=args.force, is_tty=sys.stdout.isatty())
     finally:
         objective.close()
     return int(result.get("exit_code", 0))  # 130 / 143: stopped by SIGINT / SIGTERM, saved
@@ -119,13 +130,14 @@ def run_eval(args: argparse.Namespace) -> int:
     if not rundir.path(run_dir, rundir.CONFIG).is_file():
         raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run written by `trmkit rl seed|train`?")
     rundir.check_task(run_dir, RL_TASK, "a `trmkit rl seed|train` run: `trmkit eval RUN` evaluates it")
-    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"])
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"], APPS)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
-    objective.eval_per_type, objective.validation = cfg.rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
-    used = (f"the pool's last {cfg.rl.pool_val} tasks: rl.pool_val" if cfg.rl.pool_val else
-            f"the first {cfg.rl.eval_per_type}: rl.eval_per_type")
-    log(f"rl eval: all {cfg.rl.heldout_per_type} held-out tasks per type (the run's own evaluations used {used})")
+    rl = objective.rl
+    objective.eval_per_type, objective.validation = rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
+    used = (f"the pool's last {rl.pool_val} tasks: rl.pool_val" if rl.pool_val else
+            f"the first {rl.eval_per_type}: rl.eval_per_type")
+    log(f"rl eval: all {rl.heldout_per_type} held-out tasks per type (the run's own evaluations used {used})")
     try:
         session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
         evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
@@ -134,11 +146,11 @@ def run_eval(args: argparse.Namespace) -> int:
         objective.close()
     if args.json:
         result["solved"] = "".join("1" if r else "0" for r in objective.last_outcomes)
-        result["heldout"] = {"seed": cfg.rl.heldout_seed, "per_type": cfg.rl.heldout_per_type}
+        result["heldout"] = {"seed": rl.heldout_seed, "per_type": rl.heldout_per_type}
         result["weights"] = args.step or "final"
         print(json.dumps(result, indent=2))
     else:
-        print(eval_table(result, cfg.rl.heldout_seed, cfg.rl.heldout_per_type))
+        print(eval_table(result, rl.heldout_seed, rl.heldout_per_type))
     return 0
 
 

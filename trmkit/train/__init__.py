@@ -1,6 +1,8 @@
 """The trainer: one session of a run from its config to its summary. The rooms:
 
-    session.py     Session (with Data and Run), Clock; `prepare` builds a session from one Config
+    run.py         `run`: the one way into training (claim the run directory, prepare, the loop)
+    hooks.py       Hooks: what a caller adds to the loop (start, each step, stop, its own evaluation)
+    session.py     Session (with Data and Runtime), Clock; `prepare` builds a session from one Config
     loop.py        `train`: steps, periodic evaluation, checkpoints on a clock, early stop
     step.py        one training step (the ACT carry, micro-batches, optimizers)
     evaluate.py    evaluation metrics, the Scorer protocols, `run_eval` with the EMA weights

@@ -1,10 +1,11 @@
 """The training loop: steps, periodic evaluation, checkpoints on a clock, early stop, the end.
 
 `train` runs a session built by `prepare` (train/session.py) until train.max_steps, the time
-budget or a stop signal, and writes RUN_DIR/config.yaml, data_meta.json, plan.json and
-metrics.jsonl (a resumed run with no step left writes nothing when it has finished: its summary
-stays as it was); checkpoints go through train/resume.py, the weights and summary.json through
-train/finish.py. With several processes every one runs it; rank 0 alone writes files and logs.
+budget, a stop signal or its hooks' stop (train/hooks.py; train/run.py, the one way in, calls it),
+and writes RUN_DIR/config.yaml, data_meta.json, plan.json and metrics.jsonl (a resumed run with no
+step left writes nothing when it has finished: its summary stays as it was); checkpoints go through
+train/resume.py, the weights and summary.json through train/finish.py. With several processes every
+one runs it; rank 0 alone writes files and logs.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from trmkit import config as config_mod
 from trmkit import files, hardware, monitor, rundir
 from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.store import Split
+from trmkit.model.trm import TRM
 from trmkit.train import distributed as dist_mod
 from trmkit.train import depth, timefit
 from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
+from trmkit.train.hooks import NO_HOOKS, Hooks
 from trmkit.train.resume import nothing_to_train, restore_best, resume_if_possible, save_state
 from trmkit.train.data_identity import data_identity
 from trmkit.train.session import Clock, Session, chooses_by_held_out
 from trmkit.train.signals import exit_code, graceful_stop
-from trmkit.train.step import train_step
+from trmkit.train.step import Optimizers, SampleSource, StepContext, TrainState, train_step
 from trmkit.train.timefit import TimeFit
 
 Log = Callable[[str], None]
@@ -46,8 +49,8 @@ class Monitors:
     watch: monitor.ThroughputWatch
 
 
-def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
-    """Run (or resume) the loop until max_steps, the time budget, or a stop signal.
+def train(s: Session, is_tty: bool = False, log: Log = print, hooks: Hooks = NO_HOOKS) -> dict:
+    """Run (or resume) the loop until max_steps, the time budget, a stop signal, or the hooks' stop.
     With several processes every one runs it; rank 0 alone writes files and logs."""
     run_dir, main = Path(s.cfg.run.dir), s.run.world.main
     with graceful_stop(log) as stop:  # from the start: a signal during set-up stops after the first step, saved
@@ -68,12 +71,17 @@ def train(s: Session, is_tty: bool = False, log: Log = print) -> dict:
                                     sampler=monitor.SystemSampler(peak_bytes=peak),
                                     cores=int(s.run.plan.threads.value), time_limit_s=60 * s.cfg.train.max_minutes)
         out = Monitors(loggers, progress, sampler, watch)
-        evals = {} if done else _run_steps(s, clock, out, stop, log)  # done: only the end was missing
+        evals = {} if done else _run_steps(s, clock, out, stop, log, hooks)  # done: only the end was missing
         progress.close()
         late_signal = [stop.signal_name is not None]  # a signal that came after the step's agreement
         if _agree(s.run.world, s.ctx.device, late_signal)[0]:
             return _stopped(s, clock, loggers, evals, stop, log)
-        evals = _final_evaluations(s, clock, loggers, evals, log)
+        own = hooks.evaluation(s)
+        if own is not None:  # the hooks have evaluated the weights in hand: saved, not evaluated again
+            evals = own
+            _timed_save(s, clock, evals, log)
+        else:
+            evals = _final_evaluations(s, clock, loggers, evals, log)
     loggers.close()
     return finish(s, clock, evals, resumed, log)
 
@@ -93,17 +101,22 @@ def _agree(world: World, device: torch.device, flags: list[bool]) -> list[bool]:
     return dist_mod.agree(flags, device) if world.active else flags
 
 
-def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log) -> dict:
-    """Steps until max_steps, a stop signal, the time budget or an early stop; the last periodic evaluation."""
-    cfg, evals = s.cfg, {}
+def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log, hooks: Hooks) -> dict:
+    """Steps until max_steps, a stop signal, the time budget, an early stop or the hooks' stop (with
+    hooks.owns_end: a stop signal or the hooks' stop only); the last periodic evaluation."""
+    evals: dict = {}
     _say_what_needs_val(s, log)
     fit = _time_fit(s, clock, log)
-    while s.state.step < cfg.train.max_steps:
-        _one_step(s, clock, out, log)
+    hooks.on_start(s)
+    while hooks.owns_end or s.state.step < s.cfg.train.max_steps:
+        hooks.on_step(s, _one_step(s, clock, out, log))
         step = s.state.step
         if fit is not None:
-            cfg = _refit(s, fit, out, log)
-        flags = [stop.requested, _out_of_time(cfg, budget_start(s, clock)), _checkpoint_due(cfg, step, clock)]
+            _refit(s, fit, out, log)
+        cfg = s.cfg  # as the hooks and the time fit left it
+        out.progress.total_steps = cfg.train.max_steps
+        ends = hooks.should_stop(s) or (not hooks.owns_end and _out_of_time(cfg, budget_start(s, clock)))
+        flags = [stop.requested, ends, _checkpoint_due(cfg, step, clock)]
         stopped, late, due = _agree(s.run.world, s.ctx.device, flags)
         if stopped:
             stop.signal_name = stop.signal_name or "a stop signal on another process"
@@ -169,6 +182,14 @@ def _refit(s: Session, fit: TimeFit, out: Monitors, log: Log) -> Config:
     return s.cfg
 
 
+def run_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimizers, t: TrainConfig, ctx: StepContext,
+             on_oom: Callable[[BaseException], int] | None = None) -> dict[str, float]:
+    """One optimizer step of a store-backed run: the loop's steps, and the steps `trmkit bench` times (the
+    bench measures the step under the config's own settings, not a training: no plan, run directory or
+    evaluation), so that what the bench times is what the loop runs."""
+    return train_step(model, state, stream, opts, t, ctx, on_oom)
+
+
 def _one_step(s: Session, clock: Clock, out: Monitors, log: Log) -> dict:
     t0 = time.perf_counter()
     guard = s.run.guard
@@ -178,7 +199,7 @@ def _one_step(s: Session, clock: Clock, out: Monitors, log: Log) -> dict:
             metrics = s.objective.step(s.model, s.opts, s.cfg.train, s.ctx, on_oom)
             s.state.step += 1
         else:
-            metrics = train_step(s.model, s.state, s.data.stream, s.opts, s.cfg.train, s.ctx, on_oom)
+            metrics = run_step(s.model, s.state, s.data.stream, s.opts, s.cfg.train, s.ctx, on_oom)
     dt = time.perf_counter() - t0
     if guard is not None:
         s.ctx.micro_batch = guard.observe(s.state.step, guard.reader.read())
