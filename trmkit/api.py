@@ -15,15 +15,20 @@ The functions that report progress take `log` (default: print) for what the CLI 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypedDict
 
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
+from trmkit.tasks.options import BuildOptions, read_options, specs
+
+if TYPE_CHECKING:
+    from trmkit.tasks.base import BeforeTraining, SamplerFactory, ScorerFactory, Task
 
 Log = Callable[[str], None]
 DEFAULT_CONFIG = "configs/sudoku-laptop.yaml"
@@ -127,14 +132,15 @@ def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequ
     >>> round(run.summary["cell_accuracy"], 2)
     0.78"""
     from trmkit.data.hints import MissingStore
+    from trmkit.registry import SECTIONS
     from trmkit.train import distributed
     from trmkit.train.resume import load_for_run
 
     extra = as_overrides(overrides) + minutes_overrides(minutes)
     config = str(config) if config else None
     if resume is True:  # the run.dir the config and overrides name
-        resume = load_for_run(config, extra, None, DEFAULT_CONFIG).run.dir
-    cfg = load_for_run(config, extra, str(resume) if resume else None, DEFAULT_CONFIG)
+        resume = load_for_run(config, extra, None, DEFAULT_CONFIG, SECTIONS).run.dir
+    cfg = load_for_run(config, extra, str(resume) if resume else None, DEFAULT_CONFIG, SECTIONS)
     try:
         result = run_training(cfg, distributed.world_from_env({}), log, resume=bool(resume), force=force)
     except MissingStore as err:  # the preset's comments say how its own store is built
@@ -148,15 +154,13 @@ def fit(config: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | Sequ
 def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False, resume: bool = False,
                  force: bool = False) -> dict:
     """The one trainer on a loaded config (`world`: this process's place in a torchrun job): `resume`
-    continues the run in run.dir, `force` starts afresh there (train/resume.py `claim_run_dir`)."""
+    continues the run in run.dir, `force` starts afresh there (train/resume.py `claim_run_dir`); the
+    store's task plugs in its scorer, generator and before-training hook (train/run.py `run`)."""
     from trmkit import hardware
-    from trmkit.train import loop
-    from trmkit.train.resume import claim_run_dir
-    from trmkit.train.session import prepare
+    from trmkit.train.run import run
 
-    claim_run_dir(cfg.run.dir, resume, force, log)
-    session = prepare(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), world=world, **task_hooks(cfg, log))
-    return loop.train(session, is_tty=is_tty, log=log)
+    return run(cfg, hardware.probe(), log=log, cache_dir=cache_dir(), world=world, resume=resume, force=force,
+               is_tty=is_tty, **task_hooks(cfg, log))
 
 
 def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: Iterable[int] | str | None = None,
@@ -311,7 +315,7 @@ def _test_meta(cfg: Config):
         return None
 
 
-def store_task(cfg: Config, log: Log = print):
+def store_task(cfg: Config, log: Log = print) -> Task | None:
     """The task that built the run's store (None: an unknown task, generic metrics only)."""
     from trmkit import registry
     from trmkit.data.store import META_FILE, StoreError, read_meta
@@ -330,33 +334,48 @@ def store_task(cfg: Config, log: Log = print):
     return None
 
 
-def task_hooks(cfg: Config, log: Log = print) -> dict:
+class TaskHooks(TypedDict):
+    """What a store's task hands the trainer (keyword arguments of the trainer's entry)."""
+
+    scorer: ScorerFactory | None
+    sampler: SamplerFactory | None
+    before_training: BeforeTraining | None
+
+
+def task_hooks(cfg: Config, log: Log = print) -> TaskHooks:
     """What the store's task plugs into the trainer: its scorer, its generator and its before-training hook."""
     task = store_task(cfg, log)
-    return {"scorer": task.scorer if task else None, "sampler": task.sampler if task else None,
-            "before_training": task.before_training if task else None}
+    return TaskHooks(scorer=task.scorer if task else None, sampler=task.sampler if task else None,
+                     before_training=task.before_training if task else None)
 
 
-def add_data_arguments(p, task) -> None:
-    """The options of `trmkit data NAME`: the common ones, then the task's own."""
-    p.add_argument("--out", required=True, help="dataset directory to create (train/ and test/)")
-    p.add_argument("--force", action="store_true",
-                   help="replace the store already at --out (runs trained on it then refuse to resume or "
-                        "evaluate on it); a folder that is not a store is never replaced")
-    p.add_argument("--test-fraction", type=float, default=0.1,
-                   help="share held out for test; 1 puts everything in test (a store for `trmkit eval` only)")
-    p.add_argument("--seed", type=int, default=0)
-    task.add_arguments(p)
+def add_data_arguments(p: argparse.ArgumentParser, task: Task) -> None:
+    """The flags of `trmkit data NAME`: one per field of the task's options (tasks/options.py), common ones first."""
+    for spec in specs(task.options):
+        kw: dict[str, Any] = {"dest": spec.name, "help": spec.help}
+        if spec.kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction if spec.optional else "store_true"
+        else:
+            kw.update(type=spec.kind, action="append" if spec.many else "store")
+            kw.update({"choices": spec.choices} if spec.choices else {})
+            kw.update({"metavar": spec.metavar} if spec.metavar else {})
+        kw.update({"required": True} if spec.required else {"default": spec.default})
+        p.add_argument(spec.flag, **kw)
+
+
+def data_options(task: Task, args: argparse.Namespace) -> BuildOptions:
+    """The task's options from the parsed `trmkit data NAME` flags (the CLI's half of build_data)."""
+    return read_options(task.options, {s.name: getattr(args, s.name) for s in specs(task.options)},
+                        f"trmkit data {task.name}")
 
 
 def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> Path:
-    """`trmkit data TASK --out OUT --option value ...` from Python; the store's folder. A store already at
-    `out` is replaced only with force=True (`--force`).
+    """`trmkit data TASK --out OUT --option value ...` from Python; the store's folder. The options are the
+    task's (`trmkit data TASK --help`: --min-guesses is min_guesses); an option given several times takes a
+    list. A store already at `out` is replaced only with force=True (`--force`).
 
     >>> trmkit.build_data("sudoku", "data/easy", source="generate", num=200, givens="34-40", aug=2, force=True)
     PosixPath('data/easy')"""
-    import argparse
-
     from trmkit import registry
 
     for problem in registry.load_plugins():  # third-party tasks (entry points "trmkit.tasks")
@@ -365,41 +384,26 @@ def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> 
         spec = registry.get(task)
     except KeyError as err:
         raise ConfigError(str(err.args[0])) from err
-    parser = argparse.ArgumentParser(prog=f"trmkit data {task}", exit_on_error=False)
-    add_data_arguments(parser, spec)
-    argv = ["--out", str(out)]
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, (list, tuple)):  # an option given several times: source=["a.txt", "b.csv"]
-            argv += [x for v in value for x in (flag, str(v))]
-        else:
-            argv += [flag] if value is True else [] if value is False else [flag, str(value)]
-    try:
-        args, unknown = parser.parse_known_args(argv)
-    except argparse.ArgumentError as err:
-        unknown = [str(err)]
-    if unknown:
-        raise ConfigError(f"build_data({task!r}): {' '.join(unknown)} is not an option of `trmkit data {task}` "
-                          f"(see `trmkit data {task} --help`; options are given as key=value, e.g. num=200)")
-    build_store(spec, args, log)
+    where = f"build_data({task!r}) (see `trmkit data {task} --help`)"
+    build_store(spec, read_options(spec.options, {"out": out, **options}, where), log)
     return Path(out)
 
 
-def build_store(task, args, log: Log = print) -> None:
-    """Run a task's builder on parsed `trmkit data` options, after checking that the store would not
-    be written over (or into) its own source, nor over an existing store without --force."""
+def build_store(task: Task, options: BuildOptions, log: Log = print) -> None:
+    """Run a task's builder on its options, after checking that the store would not be written over (or into)
+    its own source, nor over an existing store without --force."""
     from trmkit.data.store import check_new_store, is_store_dir
     from trmkit.files import check_output
 
-    source = getattr(args, "source", None)
-    sources = source if isinstance(source, list) else [source] if source else []
+    source = getattr(options, "source", None)
+    sources = list(source) if isinstance(source, tuple) else [source] if source else []
     try:
         if any(Path(s).exists() for s in sources):
-            check_output(args.out, [s for s in sources if Path(s).exists()])
-        check_new_store(args.out, force=getattr(args, "force", False))
-        if getattr(args, "force", False) and is_store_dir(Path(args.out)):
-            log(f"data: --force -> the store at {args.out} is replaced once the new one is written")
-        task.build(args, log)
+            check_output(options.out, [s for s in sources if Path(s).exists()])
+        check_new_store(options.out, force=options.force)
+        if options.force and is_store_dir(Path(options.out)):
+            log(f"data: --force -> the store at {options.out} is replaced once the new one is written")
+        task.build(options, log)
     except (ValueError, FileExistsError, OSError) as err:
         raise ConfigError(str(err)) from err
 

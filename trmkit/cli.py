@@ -35,9 +35,10 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 
 def _run_data(args: argparse.Namespace) -> int:
     from trmkit import registry
-    from trmkit.api import build_store
+    from trmkit.api import build_store, data_options
 
-    build_store(registry.get(args.task), args, print)
+    task = registry.get(args.task)
+    build_store(task, data_options(task, args), print)
     return 0
 
 
@@ -64,10 +65,11 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 def _train_config(args: argparse.Namespace) -> config_mod.Config:
     from trmkit.api import DEFAULT_CONFIG, minutes_overrides
+    from trmkit.registry import SECTIONS
     from trmkit.train.resume import load_for_run
 
     return load_for_run(args.config, list(args.overrides) + minutes_overrides(args.minutes), args.resume,
-                        DEFAULT_CONFIG)
+                        DEFAULT_CONFIG, SECTIONS)
 
 
 def _launch(nproc: int) -> int:
@@ -295,9 +297,10 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from trmkit import hardware, plan
+    from trmkit.registry import SECTIONS
     from trmkit.train.session import fill_from_meta, open_splits
 
-    cfg = config_mod.load(args.config, args.overrides)
+    cfg = config_mod.load(args.config, args.overrides, SECTIONS)
     if cfg.data.path and (Path(cfg.data.path) / "train").is_dir():
         cfg = fill_from_meta(cfg, open_splits(cfg.data.path)[0])
     hw = hardware.probe()
@@ -376,8 +379,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from trmkit import bench
+    from trmkit.registry import SECTIONS
 
-    cfg = config_mod.load(args.config, args.overrides)
+    cfg = config_mod.load(args.config, args.overrides, SECTIONS)
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     if args.rl:  # self-play throughput (trmkit/rl/bench.py)
         from trmkit import hardware

@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trmkit.api import add_data_arguments, data_options
 from trmkit.data.store import open_store
 from trmkit.data.stream import Batch, eval_batches
 from trmkit.tasks import arc
 from trmkit.tasks.arc.build import build, read_sidecar
 from trmkit.tasks.arc.data import EOS, Aug, decode, encode
 from trmkit.tasks.arc.score import ArcScorer, submission, write_submission
-from trmkit.tasks.arc.task import add_arguments, run_build
+from trmkit.tasks.arc.task import run_build
 
 # A perm of colours 1-9 with no fixed point, so a wrong inverse cannot pass by luck.
 PERM = (0, 3, 7, 1, 9, 2, 8, 4, 6, 5)
@@ -176,14 +177,11 @@ def test_the_eval_subset_listed_in_subsets_is_not_trained_on(data_dir: Path, tmp
 def test_command_line_options_reach_the_builder(data_dir: Path, tmp_path: Path, monkeypatch) -> None:
     """The options as `trmkit data arc` parses them; --source defaults to ../shared/data/arc from the cwd."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)  # these three come from the CLI for every task
-    parser.add_argument("--test-fraction", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
-    add_arguments(parser)
+    add_data_arguments(parser, arc.TASK)  # the common options, then the task's own
     monkeypatch.chdir(Path(__file__).parents[2])  # the repo root, where data_dir is ../shared/data/arc
     args = parser.parse_args(["--out", str(tmp_path / "ds"), "--subsets", "training, concept", "--aug", "2",
                               "--limit", "2", "--seed", "3"])
-    summary = run_build(args, log=lambda s: None)
+    summary = run_build(data_options(arc.TASK, args), log=lambda s: None)
     assert summary["subsets"] == ["training", "concept"] and summary["seed"] == 3 and summary["aug"] == 2
     assert summary["tasks"] == {"training": 2, "concept": 2, "evaluation": 2}
     assert summary["test_fraction"] == 0.1 and set(open_store(tmp_path / "ds")) == {"train", "test"}

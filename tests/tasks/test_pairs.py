@@ -11,6 +11,7 @@ import pytest
 from trmkit import cli, registry
 from trmkit.data.store import open_store
 from trmkit.tasks.base import Task
+from trmkit.tasks.options import BuildOptions
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.tasks.pairs.codec import Layout, parse_value
 from trmkit.tasks.pairs.reference import write_reference
@@ -158,8 +159,8 @@ def test_a_trm_reference_folder_is_imported_with_its_splits_and_sets_joined(tmp_
 
 
 PLUGGED = Task(name="plugged", shape="grid", summary="a task from another package",
-               add_arguments=lambda p: None, build=lambda args, log: log("plugged built"))
-CLASH = Task(name="sudoku", shape="grid", summary="", add_arguments=lambda p: None, build=lambda args, log: None)
+               options=BuildOptions, build=lambda args, log: log("plugged built"))
+CLASH = Task(name="sudoku", shape="grid", summary="", options=BuildOptions, build=lambda args, log: None)
 
 
 def test_third_party_tasks_load_from_entry_points_and_a_broken_one_is_named(monkeypatch, capsys):

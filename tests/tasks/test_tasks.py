@@ -2,8 +2,8 @@
 with no change to the trainer or the planner; the built-in tasks are registered; eval-only stores
 and the vocabulary check."""
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from trmkit import cli, registry
 from trmkit.data.store import SplitArrays, write_store
 from trmkit.tasks.base import Task
+from trmkit.tasks.options import BuildOptions, option
 
 VOCAB = ("<pad>", "0", "1", "2", "3")
 TINY = """
@@ -27,7 +28,12 @@ def _arrays(rng, n):  # the label is the input shifted by one symbol: a per-posi
                        puzzle_indices=np.arange(n + 1), group_indices=np.arange(n + 1))
 
 
-def _build(args: argparse.Namespace, log) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ToyOptions(BuildOptions):
+    count: int = option(20, "examples in the test split")
+
+
+def _build(args: ToyOptions, log) -> None:
     rng = np.random.default_rng(args.seed)
     splits = {"test": _arrays(rng, args.count)}
     if args.test_fraction < 1:
@@ -51,8 +57,7 @@ class CountingScorer:
 
 
 TOY = Task(name="toy-shift", shape="grid", summary="a toy task from a test file",
-           add_arguments=lambda p: p.add_argument("--count", type=int, default=20),
-           build=_build, scorer=CountingScorer)
+           options=ToyOptions, build=_build, scorer=CountingScorer)
 
 
 @pytest.fixture
@@ -76,7 +81,7 @@ def test_builtin_tasks_are_registered_with_presets_that_exist():
     with pytest.raises(KeyError, match="known tasks are"):
         registry.get("chess")
     with pytest.raises(ValueError, match="shape"):
-        Task(name="x", shape="video", summary="", add_arguments=lambda p: None, build=lambda a, log: None)
+        Task(name="x", shape="video", summary="", options=BuildOptions, build=lambda a, log: None)
 
 
 def test_a_toy_task_trains_and_is_scored_without_touching_the_trainer(toy, tmp_path, monkeypatch, capsys):

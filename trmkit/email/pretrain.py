@@ -25,8 +25,8 @@ A message with no content token cannot be masked: it is left out and counted.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,9 @@ from trmkit.data.store import META_FILE, SplitArrays, check_output_dir, open_spl
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.fewlabels import UNLABELLED
 from trmkit.email.tokenizer import SPECIALS, TOKENIZER_FILE, UNK_ID
-from trmkit.tasks.base import Log, Task
+from trmkit.email.task import email_task
+from trmkit.tasks.base import Log
+from trmkit.tasks.options import BuildOptions, option
 
 NAME = "email-mlm"  # `trmkit data email-mlm`, and the store's meta.json "task"
 MASK_ID = UNK_ID  # never written by the byte-level tokenizer: free to mean "masked"
@@ -46,22 +48,22 @@ HELD_OUT = 300  # messages (at most 5% of them) kept for the test split
 READ_SPLITS = ("train", UNLABELLED, "val")  # never "test"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--from", dest="source", required=True,
-                   help="an e-mail store (`trmkit data email`): its train, unlabelled and val messages, never test")
-    p.add_argument("--copies", type=int, default=COPIES, help=f"masked rows per message (default {COPIES})")
-    p.add_argument("--mask", type=float, default=MASK_SHARE,
-                   help=f"share of each row's content tokens masked (default {MASK_SHARE})")
-    p.add_argument("--bag-drop", type=float, default=BAG_DROP,
-                   help=f"share of each row's bag ids dropped (default {BAG_DROP})")
-    p.add_argument("--held-out", type=int, default=HELD_OUT,
-                   help=f"messages kept for the test split, at most 5%% of them (default {HELD_OUT})")
+@dataclass(frozen=True, kw_only=True)
+class PretrainOptions(BuildOptions):
+    """`trmkit data email-mlm --from STORE`: the e-mail store read and how its rows are masked."""
+
+    source: str = option(help="an e-mail store (`trmkit data email`): its train, unlabelled and val messages, "
+                              "never test", flag="--from")
+    copies: int = option(COPIES, f"masked rows per message (default {COPIES})")
+    mask: float = option(MASK_SHARE, f"share of each row's content tokens masked (default {MASK_SHARE})")
+    bag_drop: float = option(BAG_DROP, f"share of each row's bag ids dropped (default {BAG_DROP})")
+    held_out: int = option(HELD_OUT, f"messages kept for the test split, at most 5%% of them (default {HELD_OUT})")
 
 
-def run_build(args: argparse.Namespace, log: Log = print) -> Path:
-    check_output_dir(Path(args.out))
-    return build(Path(args.source), Path(args.out), copies=args.copies, mask_share=args.mask,
-                 bag_drop=args.bag_drop, held_out=args.held_out, seed=args.seed, log=log)
+def run_build(opts: PretrainOptions, log: Log = print) -> Path:
+    check_output_dir(opts.out)
+    return build(Path(opts.source), opts.out, copies=opts.copies, mask_share=opts.mask,
+                 bag_drop=opts.bag_drop, held_out=opts.held_out, seed=opts.seed, log=log)
 
 
 def build(source: Path, out: Path, copies: int = COPIES, mask_share: float = MASK_SHARE,
@@ -172,11 +174,5 @@ def source_of(pretrain_store: Path) -> dict:
     return read_meta(pretrain_store / "train" / META_FILE).build
 
 
-TASK = Task(
-    name=NAME,
-    shape="grid",
-    summary="e-mail pretraining: masked tokens of every message of an e-mail store (labels not read)",
-    add_arguments=add_arguments,
-    build=run_build,
-    presets={"pretrain": "configs/email-pretrain.yaml"},
-)
+TASK = email_task(NAME, "pretraining: masked tokens of every message of an e-mail store (labels not read)",
+                  PretrainOptions, run_build, "pretrain", classify=False)

@@ -21,27 +21,34 @@ duplicate is counted in the report printed before training and kept in meta.json
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from trmkit.data.imports import ImportReport
-from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.data.store import Split, SplitArrays, check_output_dir, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.encode import clip_body, encode_messages, message_fields
 from trmkit.email.fewlabels import UNLABELLED, few_labels_report, keep_labels
 from trmkit.email.mail import Message
+from trmkit.email.mail.mailbox import FORMATS
 from trmkit.email.prepare import GROUP_SPLITS, group_key
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.tasks.base import Log, Task
 from trmkit.tasks.classify.metrics import SMALL_CLASS
+from trmkit.tasks.options import BuildOptions, OptionsT, option
+
+if TYPE_CHECKING:
+    import torch
+
+    from trmkit.tasks.classify.scorer import ClassifyScorer
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
 SPLITS = ("train", "val", "test")
@@ -49,55 +56,52 @@ MESSAGES_FILE = "messages.json"  # sidecar of every split: message_record per ro
 DATASET_REPORT_FILE = "dataset_report.json"  # sidecar of train/: dataset_report
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from trmkit.email.mail.mailbox import FORMATS
+@dataclass(frozen=True, kw_only=True)
+class EmailOptions(BuildOptions):
+    """`trmkit data email`: the mailbox, its labels, the split, the tokenizer and the bag."""
 
-    p.add_argument("--source", required=True, help="a mailbox: .eml folder(s), Maildir, mbox(.gz), CSV or JSONL")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="source format (auto: detected)")
-    p.add_argument("--label-from", default="folder",
-                   help="folder | gmail (X-Gmail-Labels) | header:NAME | column:NAME | filename:REGEX (the "
-                        "regex's first group in each file's name) (default: folder; for CSV/JSONL the label column)")
-    p.add_argument("--min-class-count", type=int, default=0, metavar="N",
-                   help="fold classes with fewer than N messages (after de-duplication) into --other-class, "
-                        "reported (default 0: keep every class)")
-    p.add_argument("--other-class", default="Other", help="the class rare classes fold into (default Other)")
-    p.add_argument("--label-map", default=None,
-                   help="YAML mapping raw labels/headers onto categories, e.g. configs/email-taxonomy.yaml")
-    p.add_argument("--text-column", default=None, help="CSV/JSONL: the message text column")
-    p.add_argument("--label-column", default=None, help="CSV/JSONL: the label column")
-    p.add_argument("--encoding", default=None, help="CSV/JSONL: the file's encoding (default UTF-8, BOM or not)")
-    p.add_argument("--seq-len", type=int, default=32,
-                   help="tokens per message (subject, sender, the body's start); 32 with --bag 1024 is what "
-                        "configs/email-fast.yaml reads; configs/email-laptop.yaml reads 128 tokens and no bag")
-    p.add_argument("--vocab-size", type=int, default=8192, help="tokenizer vocabulary, trained on train only")
-    p.add_argument("--tail", type=int, default=0, help="tokens of the body's end kept after <tail> when cut")
-    p.add_argument("--bag", type=int, default=1024,
-                   help="positions for the message's bag of word n-grams after the tokens (the whole "
-                        "message, by tf-idf; 0 = none; email/bag.py)")
-    p.add_argument("--bag-buckets", type=int, default=32768,
-                   help="ids of the bag: its most frequent n-grams (in 2+ training messages), or hash buckets")
-    p.add_argument("--bag-hashed", action="store_true",
-                   help="hash every n-gram into --bag-buckets ids (as stores built before 2026-11-28) instead "
-                        "of numbering the most frequent ones")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="share for validation (best, calibration)")
-    p.add_argument("--keep-labels", type=int, default=0, metavar="K",
-                   help="keep the labels of K training messages per class (drawn with --seed, after the split, "
-                        "so the test split does not depend on K); the rest of train and the validation split "
-                        "go to an 'unlabelled/' split without labels (default 0: every label; email/fewlabels.py)")
-    p.add_argument("--split", default="stratified", choices=("stratified", "time", "thread", "sender"),
-                   help="stratified by class with --seed; by the Date header (oldest train, newest test); or "
-                        "whole threads (subject without Re:/Fwd:) or whole senders to one split each")
-    p.add_argument("--test-where", default=None, metavar="REGEX",
-                   help="the test split is every message whose source inside --source (its path below it, or "
-                        "FILE:N in an mbox/CSV) matches REGEX, e.g. --test-where=-2/ for another mailbox's "
-                        "folders; --split divides the rest into train/val")
-    p.add_argument("--near-duplicates", type=float, default=0.9,
-                   help="Jaccard similarity above which two messages are one (0: exact duplicates only)")
-    p.add_argument("--max-message-bytes", type=int, default=None, help="larger messages are truncated")
-    p.set_defaults(test_fraction=0.2)
+    source: str = option(help="a mailbox: .eml folder(s), Maildir, mbox(.gz), CSV or JSONL")
+    format: str = option("auto", "source format (auto: detected)", choices=FORMATS)
+    label_from: str = option("folder", "folder | gmail (X-Gmail-Labels) | header:NAME | column:NAME | "
+                                       "filename:REGEX (the regex's first group in each file's name) (default: "
+                                       "folder; for CSV/JSONL the label column)")
+    min_class_count: int = option(0, "fold classes with fewer than N messages (after de-duplication) into "
+                                     "--other-class, reported (default 0: keep every class)", metavar="N")
+    other_class: str = option("Other", "the class rare classes fold into (default Other)")
+    label_map: str | None = option(None, "YAML mapping raw labels/headers onto categories, e.g. "
+                                         "configs/email-taxonomy.yaml")
+    text_column: str | None = option(None, "CSV/JSONL: the message text column")
+    label_column: str | None = option(None, "CSV/JSONL: the label column")
+    encoding: str | None = option(None, "CSV/JSONL: the file's encoding (default UTF-8, BOM or not)")
+    seq_len: int = option(32, "tokens per message (subject, sender, the body's start); 32 with --bag 1024 is what "
+                              "configs/email-fast.yaml reads; configs/email-laptop.yaml reads 128 tokens and no bag")
+    vocab_size: int = option(8192, "tokenizer vocabulary, trained on train only")
+    tail: int = option(0, "tokens of the body's end kept after <tail> when cut")
+    bag: int = option(1024, "positions for the message's bag of word n-grams after the tokens (the whole message, "
+                            "by tf-idf; 0 = none; email/bag.py)")
+    bag_buckets: int = option(32768, "ids of the bag: its most frequent n-grams (in 2+ training messages), or hash "
+                                     "buckets")
+    bag_hashed: bool = option(False, "hash every n-gram into --bag-buckets ids (as stores built before 2026-11-28) "
+                                     "instead of numbering the most frequent ones")
+    val_fraction: float = option(0.1, "share for validation (best, calibration)")
+    test_fraction: float = option(0.2, "share held out for test; 1 puts everything in test")
+    keep_labels: int = option(0, "keep the labels of K training messages per class (drawn with --seed, after the "
+                                 "split, so the test split does not depend on K); the rest of train and the "
+                                 "validation split go to an 'unlabelled/' split without labels (default 0: every "
+                                 "label; email/fewlabels.py)", metavar="K")
+    split: str = option("stratified", "stratified by class with --seed; by the Date header (oldest train, newest "
+                                      "test); or whole threads (subject without Re:/Fwd:) or whole senders to one "
+                                      "split each", choices=("stratified", "time", "thread", "sender"))
+    test_where: str | None = option(None, "the test split is every message whose source inside --source (its "
+                                          "path below it, or FILE:N in an mbox/CSV) matches REGEX, e.g. "
+                                          "--test-where=-2/ for another mailbox's folders; --split divides the "
+                                          "rest into train/val", metavar="REGEX")
+    near_duplicates: float = option(0.9, "Jaccard similarity above which two messages are one (0: exact "
+                                         "duplicates only)")
+    max_message_bytes: int | None = option(None, "larger messages are truncated")
 
 
-def run_build(args: argparse.Namespace, log: Log = print) -> Path:
+def run_build(args: EmailOptions, log: Log = print) -> Path:
     """Read, label, de-duplicate, split, tokenize and write the store."""
     check_output_dir(args.out)
     t0 = time.perf_counter()
@@ -150,7 +154,7 @@ def keep_few_labels(kept: list[Message], rows: dict[str, np.ndarray], k: int, se
     return few_labels_report(labels, rows, k, folded_val)
 
 
-def refuse_one_class(messages: list[Message], report: ImportReport, args: argparse.Namespace) -> None:
+def refuse_one_class(messages: list[Message], report: ImportReport, args: EmailOptions) -> None:
     """A classifier needs two classes: a store with one is refused before any work, with its counts."""
     counts = Counter(m.label for m in messages)
     if len(counts) >= 2:
@@ -162,7 +166,7 @@ def refuse_one_class(messages: list[Message], report: ImportReport, args: argpar
                      "'no label'), --label-column or --label-map")
 
 
-def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> list[Message]:
+def read_labelled(args: EmailOptions, report: ImportReport, log: Log) -> list[Message]:
     """Every readable message with a (mapped) label; the rest counted in the report."""
     from trmkit.email import labels as labels_mod
     from trmkit.email.mail.mailbox import iter_messages
@@ -192,7 +196,7 @@ def read_labelled(args: argparse.Namespace, report: ImportReport, log: Log) -> l
 FOLD_NAMES = re.compile(r"(part|fold|split|cv|chunk)[-_ ]?\d+", re.IGNORECASE)
 
 
-def warn_if_folds(args: argparse.Namespace, kept: list[Message], log: Log) -> None:
+def warn_if_folds(args: EmailOptions, kept: list[Message], log: Log) -> None:
     """Folders named part1, fold2, ... are cross-validation parts, not classes: say so (they are kept)."""
     names = sorted({m.label for m in kept})
     if args.label_from == "folder" and len(names) > 1 and all(FOLD_NAMES.fullmatch(n) for n in names):
@@ -226,7 +230,7 @@ def remove_duplicates(messages: list[Message], near: float, seed: int) -> tuple[
     return [messages[i] for i in dedup.keep], dedup
 
 
-def split_messages(kept: list[Message], args: argparse.Namespace, log: Log) -> dict[str, np.ndarray]:
+def split_messages(kept: list[Message], args: EmailOptions, log: Log) -> dict[str, np.ndarray]:
     from trmkit.email.prepare import split
 
     undated = [m.where for m in kept if m.date is None] if args.split == "time" else []
@@ -257,7 +261,7 @@ def inside_source(where: str, source) -> str:
     return where
 
 
-def _split_where(kept: list[Message], args: argparse.Namespace, log: Log) -> tuple[np.ndarray, ...]:
+def _split_where(kept: list[Message], args: EmailOptions, log: Log) -> tuple[np.ndarray, ...]:
     """--test-where: test is every message whose path inside --source matches the regex (e.g. another mailbox's folder);
     --split divides the others into train and val (no test share of their own)."""
     import re
@@ -311,7 +315,7 @@ def leakage(kept: list[Message], rows: dict[str, np.ndarray]) -> dict:
     return out
 
 
-def train_tokenizer(args: argparse.Namespace, train: list[Message], log: Log):
+def train_tokenizer(args: EmailOptions, train: list[Message], log: Log):
     from trmkit.email.prepare import message_text
     from trmkit.email.tokenizer import EmailTokenizer
 
@@ -322,7 +326,7 @@ def train_tokenizer(args: argparse.Namespace, train: list[Message], log: Log):
     return tok
 
 
-def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Bag | None:
+def fit_bag(args: EmailOptions, train: list[Message], tok, log: Log) -> Bag | None:
     """--bag N: the n-gram bag's idf from the training split only."""
     if not args.bag:
         return None
@@ -335,7 +339,7 @@ def fit_bag(args: argparse.Namespace, train: list[Message], tok, log: Log) -> Ba
 
 
 def encode_splits(kept: list[Message], rows: dict[str, np.ndarray], classes: list[str], tok,
-                  args: argparse.Namespace, bag: Bag | None = None) -> tuple[dict[str, SplitArrays], dict[str, dict]]:
+                  args: EmailOptions, bag: Bag | None = None) -> tuple[dict[str, SplitArrays], dict[str, dict]]:
     index = {c: i for i, c in enumerate(classes)}
     ignore = len(classes)
     splits, extras = {}, {}
@@ -414,7 +418,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
     }
 
 
-def scorer(split):
+def scorer(split: Split) -> ClassifyScorer:
     """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify/scorer.py)."""
     from trmkit.tasks.classify.scorer import ClassifyScorer
 
@@ -428,21 +432,23 @@ def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
     return classification_plots(run_dir, out_dir)
 
 
-def before_training(model, train, class_weights, log: Log) -> None:
+def before_training(model: torch.nn.Module, train: Split, class_weights: torch.Tensor | None, log: Log) -> None:
     """Fit the bag's linear model (model.input_linear) to the training split: email/linear_fit.py."""
     from trmkit.email.linear_fit import before_training as fit  # here: listing the tasks must stay light (no torch)
 
     fit(model, train, class_weights, log)
 
 
-TASK = Task(
-    name=NAME,
-    shape="classify",
-    summary="e-mail classification: .eml folders, Maildir, mbox(.gz), CSV, JSONL -> categories",
-    add_arguments=add_arguments,
-    build=run_build,
-    scorer=scorer,
-    plots=plots,
-    before_training=before_training,
-    presets={"laptop": "configs/email-laptop.yaml"},
-)
+def email_task(name: str, summary: str, options: type[OptionsT], build: Callable[[OptionsT, Log], object],
+               preset: str, *, classify: bool) -> Task[OptionsT]:
+    """An e-mail task, the one way both are declared: the classifier (classify=True: a classify store, scored by
+    macro-F1, with its report plots and the bag's linear model fitted before training) or a task on the same
+    message rows without a class (the masked-token pretraining, email/pretrain.py: a grid store, generic metrics).
+    Its preset is configs/email-PRESET.yaml."""
+    hooks = dict(scorer=scorer, plots=plots, before_training=before_training) if classify else {}
+    return Task(name=name, shape="classify" if classify else "grid", summary=f"e-mail {summary}", options=options,
+                build=build, presets={preset: f"configs/email-{preset}.yaml"}, **hooks)
+
+
+TASK = email_task(NAME, "classification: .eml folders, Maildir, mbox(.gz), CSV, JSONL -> categories",
+                  EmailOptions, run_build, "laptop", classify=True)

@@ -1,10 +1,10 @@
 """What a task declares, and the helpers every grid task shares.
 
-A task is one `Task` value: its name and shape, the `trmkit data NAME`
-arguments and builder (which writes a store with `data.store.write_store`),
-an optional scorer for metrics beyond the generic ones, and its presets.
-The trainer never imports this package: the CLI looks the task up by the
-store's ``meta.json`` "task" key and hands its scorer to the trainer.
+A task is one `Task` value: its name and shape, its `trmkit data NAME` options (a typed dataclass,
+tasks/options.py) and the builder that takes them (and writes a store with `data.store.write_store`),
+and the optional hooks the trainer, `eval`, `report` and `bench --learn` call, each with its precise
+signature below. The trainer never imports this package: the CLI and the API look the task up by the
+store's ``meta.json`` "task" key and hand its hooks to the trainer.
 
 Shapes (docs/tasks.md):
 - "grid": per-position outputs, exact-match metrics (Sudoku, Maze, ARC);
@@ -15,42 +15,91 @@ objective (train/objective.py, trmkit/rl/).
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol
 
 import numpy as np
 
+from trmkit.data.generated import Sampler
+from trmkit.data.store import Split, StoreMeta
+from trmkit.data.variants import Variants
+from trmkit.tasks.options import BuildOptions, OptionsT
+from trmkit.train.scorer import Scorer
+
+if TYPE_CHECKING:
+    import torch
+
 SHAPES = ("grid", "classify")
 Log = Callable[[str], None]
+ScorerFactory = Callable[[Split], Scorer]  # the test split -> the task's metrics beyond the generic ones
+Plots = Callable[[Path, Path], tuple[list[Path], str]]  # (run_dir, out_dir) -> (figures written, Markdown)
+VariantsFactory = Callable[[StoreMeta, int], Variants]  # (store meta, count) -> symmetries `eval --vote` uses
+
+
+class SamplerFactory(Protocol):
+    """A task's generator for data.stream=generate, made from the store's meta and the data section's knobs."""
+
+    def __call__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0, hardness: int = 0,
+                 trace: int = 0, trace_steps: int = 0) -> Sampler: ...
+
+
+class BeforeTraining(Protocol):
+    """Run once the model and the training split exist, before the first step (e-mail: fit the bag's linear
+    model, model.input_linear); a resumed run reloads its checkpoint after it."""
+
+    def __call__(self, model: torch.nn.Module, train: Split, class_weights: torch.Tensor | None,
+                 log: Log) -> None: ...
+
+
+class LearnSet(Protocol):
+    """The fixed generated set `trmkit bench --learn --task NAME` measures on (learn.py)."""
+
+    @property
+    def default_dir(self) -> str: ...  # where it is built unless --data says otherwise
+
+    @property
+    def train_groups(self) -> int: ...  # training examples before augmentation
+
+    @property
+    def test_groups(self) -> int: ...  # held-out examples
+
+    def build_args(self) -> dict[str, object]:
+        """The settings meta.json's "build" section records (a store is reused only when they are all equal)."""
+        ...
+
+    def describe(self) -> str:
+        """One line for the log: what the set is."""
+        ...
+
+    def build(self, data_dir: Path, log: Log) -> tuple[int, int]:
+        """Write the store; (training groups, test groups) it holds."""
+        ...
 
 
 @dataclass(frozen=True)
-class Task:
+class Task(Generic[OptionsT]):
     """One task: how its data is built, scored and trained (see docs/tasks.md)."""
 
     name: str  # `trmkit data NAME`, and meta.json's "task"
     shape: str  # one of SHAPES
     summary: str  # one line for --help
-    add_arguments: Callable[[argparse.ArgumentParser], None]  # builder options beyond --out/--test-fraction/--seed
-    build: Callable[[argparse.Namespace, Log], Any]  # writes the store at args.out
-    scorer: Callable[[Any], Any] | None = None  # Split -> Scorer (train/scorer.py) for extra metrics
+    options: type[OptionsT]  # the `trmkit data NAME` options: a BuildOptions dataclass (tasks/options.py)
+    build: Callable[[OptionsT, Log], object]  # writes the store at options.out; returns the builder's report
+    scorer: ScorerFactory | None = None  # extra metrics (train/scorer.py)
     presets: Mapping[str, str] = field(default_factory=dict)  # name -> configs/*.yaml
-    learn_set: Any = None  # the fixed set `trmkit bench --learn --task NAME` measures on (see learn.py)
-    # (run_dir, out_dir) -> (figures written, Markdown section): what `trmkit report` adds for this task
-    plots: Callable[[Path, Path], tuple[list[Path], str]] | None = None
-    # StoreMeta -> Sampler (data/generated.py): fresh examples at a difficulty, for data.stream=generate
-    sampler: Callable[[Any], Any] | None = None
-    # (StoreMeta, count) -> data.variants.Variants: symmetries to vote over at test time (`trmkit eval --vote`)
-    variants: Callable[[Any, int], Any] | None = None
-    # (model, training Split, class weights or None, log): run once before training, e.g. to fit frozen
-    # weights from the training split (e-mail: the bag's linear model, model.input_linear)
-    before_training: Callable[[Any, Any, Any, Log], None] | None = None
+    learn_set: LearnSet | None = None  # for `trmkit bench --learn --task NAME`
+    plots: Plots | None = None  # what `trmkit report` adds for this task's runs
+    sampler: SamplerFactory | None = None  # fresh examples at a difficulty, for data.stream=generate
+    variants: VariantsFactory | None = None  # test-time symmetries (`trmkit eval --vote`)
+    before_training: BeforeTraining | None = None  # e.g. fit frozen weights from the training split
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
             raise ValueError(f"task {self.name}: shape {self.shape!r} is not one of {SHAPES}")
+        if not (isinstance(self.options, type) and issubclass(self.options, BuildOptions)):
+            raise ValueError(f"task {self.name}: options must be a BuildOptions dataclass (tasks/options.py), "
+                             f"not {self.options!r}")
 
 
 def dihedral(grid: np.ndarray, k: int) -> np.ndarray:

@@ -15,12 +15,14 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from trmkit.data.stream import Batch
+
 
 class Scorer(Protocol):
     """A task's extra metrics, fed batch by batch during evaluation."""
 
-    def add(self, batch, preds: np.ndarray, q_halt: np.ndarray) -> None:
-        """batch: data.stream.Batch (rows included); preds (b, L) token ids; q_halt (b,) final halt logits."""
+    def add(self, batch: Batch, preds: np.ndarray, q_halt: np.ndarray) -> None:
+        """batch: the evaluated rows (rows included); preds (b, L) token ids; q_halt (b,) final halt logits."""
 
     def result(self) -> dict[str, float]:
         """Metrics to merge into the evaluation's (names must not clash with the generic ones)."""

@@ -6,7 +6,7 @@ run's dtype), then builds the rest from that final config: the planner's choices
 optimizers, slot state, memory guard and step settings.
 
 A `Session` groups what travels together: `Data` (the store's splits and the sample stream)
-and `Run` (the plan, the peak meter, the memory guard, this process's place among several).
+and `Runtime` (the plan, the peak meter, the memory guard, this process's place among several).
 `Clock` keeps the wall-time bookkeeping of one session.
 """
 
@@ -62,7 +62,7 @@ class Data:
 
 
 @dataclass
-class Run:
+class Runtime:
     """How this process runs: the plan, its peak meter, the memory guard, its place among several."""
 
     plan: Plan
@@ -83,7 +83,7 @@ class Session:
     state: TrainState
     ctx: StepContext
     data: Data
-    run: Run
+    run: Runtime
     scorer: Callable[[Split], Scorer] | None = None  # the task's extra metrics (tasks/*.py), if any
     objective: Objective | None = None  # makes its own batches instead of a store (train/objective.py)
     best: dict = field(default_factory=lambda: {"value": None, "step": None, "evals_since": 0})
@@ -465,5 +465,5 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
         if before_training is not None:
             before_training(model, data.train, ctx.label_weights, log)
     return Session(cfg=cfg, model=model, opts=opts, state=state, ctx=ctx, data=data,
-                   run=Run(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
+                   run=Runtime(plan=plan, meter=meter, guard=guard, world=world, cache_dir=cache_dir),
                    scorer=scorer, objective=objective, started=started)

@@ -3,7 +3,7 @@
 data.py   grids, encoding, augmentations; reading and checking the ARC Prize JSON
 build.py  the puzzle plan (augmentations, identifiers), the arrays, the sidecar, the store builder
 score.py  ArcScorer (voting over augmented copies, pass@k) and the submission
-task.py   the task: `trmkit data arc` arguments and TASK
+task.py   the task: `trmkit data arc` options and TASK
 
 Data: the ARC Prize "combined" layout, ``arc-agi_<subset>_challenges.json``
 (task id -> {"train": [{"input", "output"}...], "test": [{"input"}...]}) and

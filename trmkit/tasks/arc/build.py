@@ -62,7 +62,7 @@ def check_overlap(trained: Sequence[str], eval_subset: str, train_tasks: list[Ar
 
 
 @dataclass
-class Plan:
+class AugmentedTask:
     """One task's augmented puzzles: identifier first_id + j is augs[j] (augs[0] the identity)."""
 
     task: ArcTask
@@ -91,23 +91,23 @@ def draw_augmentations(task: ArcTask, count: int, rng: np.random.Generator) -> l
     return augs
 
 
-def plan_puzzles(train_tasks: list[ArcTask], eval_tasks: list[ArcTask], aug: int, seed: int) -> list[Plan]:
+def plan_puzzles(train_tasks: list[ArcTask], eval_tasks: list[ArcTask], aug: int, seed: int) -> list[AugmentedTask]:
     """Augmentations and identifiers (from 1; 0 is blank) for the trained tasks, then the eval tasks."""
     plans, next_id = [], 1
     for task, is_eval in [(t, False) for t in train_tasks] + [(t, True) for t in eval_tasks]:
         augs = draw_augmentations(task, aug, task_rng(seed, task.task_id, 0))
-        plans.append(Plan(task, augs, next_id, is_eval))
+        plans.append(AugmentedTask(task, augs, next_id, is_eval))
         next_id += len(augs)
     return plans
 
 
-def _examples(plan: Plan, split: str) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+def _examples(plan: AugmentedTask, split: str) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     if split == "test":
         return plan.task.tests
     return plan.task.demos if plan.is_eval else plan.task.pairs()
 
 
-def count_rows(plans: list[Plan], split: str) -> int:
+def count_rows(plans: list[AugmentedTask], split: str) -> int:
     return sum(len(p.augs) * len(_examples(p, split)) for p in plans)
 
 
@@ -117,7 +117,7 @@ def _offset(inp: np.ndarray, out: np.ndarray, rng: np.random.Generator) -> tuple
     return int(rng.integers(SIDE - h + 1)), int(rng.integers(SIDE - w + 1))
 
 
-def split_arrays(plans: list[Plan], split: str, seed: int) -> tuple[SplitArrays, list[list[Any]]]:
+def split_arrays(plans: list[AugmentedTask], split: str, seed: int) -> tuple[SplitArrays, list[list[Any]]]:
     """The arrays of split 'train' or 'test'; for 'test' also each row's [task id, test index].
 
     Arrays are allocated once at their final size: at --aug 1000 the train
@@ -148,7 +148,7 @@ def split_arrays(plans: list[Plan], split: str, seed: int) -> tuple[SplitArrays,
     return arrays, rows
 
 
-def sidecar(plans: list[Plan], rows: list[list[Any]] | None) -> dict[str, Any]:
+def sidecar(plans: list[AugmentedTask], rows: list[list[Any]] | None) -> dict[str, Any]:
     """A split's arc_puzzles.json: identifier -> augmentation; for the test split rows and solutions."""
     side: dict[str, Any] = {"format": SIDECAR_FORMAT, "puzzles": {
         str(p.first_id + j): {"task": p.task.task_id, "subset": p.task.subset, **aug.to_json()}
@@ -223,7 +223,7 @@ def _check_options(aug: int, limit: int | None, test_fraction: float) -> None:
         raise ValueError(f"--test-fraction must be in [0, 1], got {test_fraction}")
 
 
-def _counts(plans: list[Plan], splits: Mapping[str, SplitArrays], aug: int) -> dict[str, Any]:
+def _counts(plans: list[AugmentedTask], splits: Mapping[str, SplitArrays], aug: int) -> dict[str, Any]:
     """meta.json's counts: tasks per subset, puzzles, examples per split, tasks short of augmentations."""
     tasks: dict[str, int] = {}
     for p in plans:

@@ -35,7 +35,7 @@ Rooms: generate.py (carve, shortest paths), data.py (text, checks, the CSV impor
 (`trmkit data maze`), sampler.py (fresh mazes with a curriculum, data.stream=generate),
 score.py (valid paths, path precision / recall, the loss against the base-rate bound),
 variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`), text.py (mazes and routes as
-`trmkit predict` reads and writes them), task.py (the learning-curve
+`trmkit predict` reads and writes them), task.py (the `trmkit data maze` options, the learning-curve
 set and TASK, as sudoku/ and arc/ declare theirs).
 """
 
@@ -48,9 +48,9 @@ from trmkit.tasks.maze.generate import (CHARS, GOAL, OPEN, PAD, PATH, START, VOC
                                             shortest_paths)
 from trmkit.tasks.maze.sampler import MazeSampler
 from trmkit.tasks.maze.score import MazeScorer
-from trmkit.tasks.maze.task import TASK, LearnSet
+from trmkit.tasks.maze.task import TASK, MazeLearnSet, MazeOptions
 
-__all__ = ["CHARS", "GOAL", "OPEN", "PAD", "PATH", "START", "VOCAB", "WALL", "LearnSet", "MazeError", "MazeRow",
-           "MazeSampler", "MazeScorer", "TASK", "build", "carve", "check_answer", "default_min_path", "distances",
-           "NoMaze", "generate_maze", "generate_within",
-           "is_path", "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]
+__all__ = ["CHARS", "GOAL", "OPEN", "PAD", "PATH", "START", "VOCAB", "WALL", "MazeError", "MazeLearnSet",
+           "MazeOptions", "MazeRow", "MazeSampler", "MazeScorer", "TASK", "build", "carve", "check_answer",
+           "default_min_path", "distances", "NoMaze", "generate_maze", "generate_within", "is_path",
+           "is_shortest_path", "parse", "read_csv", "render", "shortest_paths"]

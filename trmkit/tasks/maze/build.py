@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -135,28 +134,3 @@ def _arrays(rows: list[MazeRow], aug: int, seed: int) -> SplitArrays:
     return SplitArrays(inputs=np.stack(inputs), labels=np.stack(labels),
                        puzzle_identifiers=np.zeros(n, dtype=np.uint8), puzzle_indices=np.arange(n + 1),
                        group_indices=np.arange(0, n + 1, per))
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", default="generate", help="'generate' or a Maze-Hard CSV (source,question,answer,rating)")
-    p.add_argument("--size", type=int, default=30, help="N for generated N x N mazes (Maze-Hard: 30)")
-    p.add_argument("--num", type=int, default=1000, help="mazes to generate")
-    p.add_argument("--min-path", type=int, default=None,
-                   help="hardness: shortest path of at least this many steps (default 110 * N^2 / 900 up to "
-                        "30 x 30, 110 * N / 30 past it)")
-    p.add_argument("--train-min-path", type=int, default=None,
-                   help="a curriculum: half the generated training mazes get a path of t..t+2 steps, t drawn "
-                        "uniformly from [this, --min-path]; test mazes keep --min-path (default: none)")
-    p.add_argument("--loops", type=float, default=0.1,
-                   help="chance that each inner wall of the carved maze is opened (cycles: several routes)")
-    p.add_argument("--unique-path", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep only mazes with one shortest path (default: yes up to 30 x 30, no above, where long "
-                        "paths nearly always tie; the metric accepts any shortest path)")
-    p.add_argument("--aug", type=int, default=0, help="dihedral copies per training maze (0-7)")
-    p.add_argument("--limit", type=int, default=None, help="use at most N mazes from the source")
-
-
-def run_build(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
-    return build(args.source, args.out, size=args.size, num=args.num, min_path=args.min_path, loops=args.loops,
-                 test_fraction=args.test_fraction, aug=args.aug, limit=args.limit, seed=args.seed,
-                 train_min_path=args.train_min_path, unique_path=args.unique_path, log=log)

@@ -1,24 +1,49 @@
-"""The maze task: `trmkit data maze` arguments and builder, the learning-curve set, and TASK."""
+"""The maze task: `trmkit data maze` options and builder, the learning-curve set, and TASK."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from trmkit.tasks.base import Task
-from trmkit.tasks.maze.build import add_arguments, build, run_build
+from trmkit.tasks.base import Log, Task
+from trmkit.tasks.maze.build import build
 from trmkit.tasks.maze.generate import default_min_path
 from trmkit.tasks.maze.sampler import MazeSampler
 from trmkit.tasks.maze.score import MazeScorer
 from trmkit.tasks.maze.variants import maze_variants
+from trmkit.tasks.options import BuildOptions, option
 
-Log = Callable[[str], None]
+
+@dataclass(frozen=True, kw_only=True)
+class MazeOptions(BuildOptions):
+    """`trmkit data maze`: generated mazes (size, hardness, loops) or a Maze-Hard CSV."""
+
+    source: str = option("generate", "'generate' or a Maze-Hard CSV (source,question,answer,rating)")
+    size: int = option(30, "N for generated N x N mazes (Maze-Hard: 30)")
+    num: int = option(1000, "mazes to generate")
+    min_path: int | None = option(None, "hardness: shortest path of at least this many steps (default "
+                                        "110 * N^2 / 900 up to 30 x 30, 110 * N / 30 past it)")
+    train_min_path: int | None = option(None, "a curriculum: half the generated training mazes get a path of "
+                                              "t..t+2 steps, t drawn uniformly from [this, --min-path]; test "
+                                              "mazes keep --min-path (default: none)")
+    loops: float = option(0.1, "chance that each inner wall of the carved maze is opened (cycles: several routes)")
+    unique_path: bool | None = option(None, "keep only mazes with one shortest path (default: yes up to 30 x 30, "
+                                            "no above, where long paths nearly always tie; the metric accepts "
+                                            "any shortest path)")
+    aug: int = option(0, "dihedral copies per training maze (0-7)")
+    limit: int | None = option(None, "use at most N mazes from the source")
+
+
+def run_build(opts: MazeOptions, log: Log = print) -> dict[str, Any]:
+    return build(opts.source, opts.out, size=opts.size, num=opts.num, min_path=opts.min_path, loops=opts.loops,
+                 test_fraction=opts.test_fraction, aug=opts.aug, limit=opts.limit, seed=opts.seed,
+                 train_min_path=opts.train_min_path, unique_path=opts.unique_path, log=log)
 
 
 @dataclass(frozen=True)
-class LearnSet:
-    """The fixed generated maze set `trmkit bench --learn --task maze` measures on."""
+class MazeLearnSet:
+    """The fixed generated maze set `trmkit bench --learn --task maze` measures on (a LearnSet)."""
 
     size: int = 15  # N x N mazes
     train_mazes: int = 10000  # generated training mazes, each with its 7 other symmetries
@@ -64,8 +89,8 @@ class LearnSet:
 TASK = Task(
     name="maze", shape="grid",
     summary="shortest paths through N x N mazes (generated, or Maze-Hard CSV files)",
-    add_arguments=add_arguments, build=run_build, scorer=MazeScorer, sampler=MazeSampler,
+    options=MazeOptions, build=run_build, scorer=MazeScorer, sampler=MazeSampler,
     variants=maze_variants,
     presets={"paper": "configs/maze-paper.yaml", "laptop": "configs/maze-laptop.yaml"},
-    learn_set=LearnSet(),
+    learn_set=MazeLearnSet(),
 )

@@ -6,9 +6,9 @@ build.py     readers of text/CSV collections and the store builder (`build_sudok
 score.py     exact accuracy per rating band
 variants.py  the symmetries a test-time vote runs (`trmkit eval --vote`)
 text.py      puzzles and answers as `trmkit predict` reads and writes them, with the rules' verdict
-task.py      the task: `trmkit data sudoku` arguments, the learning-curve set, TASK
+task.py      the task: `trmkit data sudoku` options, the learning-curve set, TASK
 """
 
-from trmkit.tasks.sudoku.task import TASK, LearnSet
+from trmkit.tasks.sudoku.task import TASK, SudokuLearnSet, SudokuOptions
 
-__all__ = ["TASK", "LearnSet"]
+__all__ = ["TASK", "SudokuLearnSet", "SudokuOptions"]

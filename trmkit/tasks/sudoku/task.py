@@ -1,4 +1,4 @@
-"""Sudoku as a task: its `trmkit data sudoku` arguments, the learning-curve set, and TASK.
+"""Sudoku as a task: its `trmkit data sudoku` options, the learning-curve set, and TASK.
 
 Beyond the generic metrics (cell, blank-cell and exact accuracy), an evaluation counts valid
 solutions (any full grid that keeps the givens and breaks no rule: the score of a store built with
@@ -7,7 +7,6 @@ solutions (any full grid that keeps the givens and breaks no rule: the score of 
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,12 @@ from trmkit.tasks.sudoku.generate import parse_givens
 from trmkit.tasks.sudoku.score import sudoku_scorer
 from trmkit.tasks.sudoku.variants import sudoku_variants
 from trmkit.tasks.base import Log, Task
+from trmkit.tasks.options import BuildOptions, option
 
 
 @dataclass(frozen=True)
-class LearnSet:
-    """The fixed generated Sudoku set a learning curve (`trmkit bench --learn`) is measured on."""
+class SudokuLearnSet:
+    """The fixed generated Sudoku set a learning curve (`trmkit bench --learn`) is measured on (a LearnSet)."""
 
     train_puzzles: int = 1000  # generated puzzles in the training split
     test_puzzles: int = 200  # held-out puzzles (never augmented)
@@ -61,39 +61,39 @@ class LearnSet:
         return built.train_groups, built.test_groups
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", action="append", default=None,
-                   help="'generate', a plain-text collection (.txt) or a Sudoku-Extreme CSV; give it several "
-                        "times to mix sources (a puzzle read twice is kept once, counted)")
-    p.add_argument("--aug", type=int, default=0, help="augmented copies per training puzzle")
-    p.add_argument("--limit", type=int, default=None, help="read at most N puzzles from each source")
-    p.add_argument("--num", type=int, default=1000, help="puzzles to generate (--source generate)")
-    p.add_argument("--givens", default="24-26", help="givens per generated puzzle: N or A-B")
-    p.add_argument("--min-guesses", type=int, default=0,
-                   help="generated puzzles need at least this many solver guesses (harder)")
-    p.add_argument("--min-rating", type=int, default=0,
-                   help="keep only puzzles the solver needs at least this many guesses for (the rating; "
-                        "0 = singles suffice); with --source generate the generator aims at it")
-    p.add_argument("--max-rating", type=int, default=None, help="keep only puzzles rated at most this")
-    p.add_argument("--test-hardest", type=int, default=0, metavar="N",
-                   help="hold out the N highest-rated puzzles as the test split (instead of --test-fraction)")
-    p.add_argument("--allow-multiple", action="store_true",
-                   help="keep puzzles with several solutions, labelled with the first one found")
+@dataclass(frozen=True, kw_only=True)
+class SudokuOptions(BuildOptions):
+    """`trmkit data sudoku`: where the puzzles come from, how many, how hard, and the test split."""
+
+    source: tuple[str, ...] | None = option(
+        None, "'generate', a plain-text collection (.txt) or a Sudoku-Extreme CSV; give it several times to mix "
+              "sources (a puzzle read twice is kept once, counted); default generate")
+    aug: int = option(0, "augmented copies per training puzzle")
+    limit: int | None = option(None, "read at most N puzzles from each source")
+    num: int = option(1000, "puzzles to generate (--source generate)")
+    givens: str = option("24-26", "givens per generated puzzle: N or A-B")
+    min_guesses: int = option(0, "generated puzzles need at least this many solver guesses (harder)")
+    min_rating: int = option(0, "keep only puzzles the solver needs at least this many guesses for (the rating; "
+                                "0 = singles suffice); with --source generate the generator aims at it")
+    max_rating: int | None = option(None, "keep only puzzles rated at most this")
+    test_hardest: int = option(0, "hold out the N highest-rated puzzles as the test split (instead of "
+                                  "--test-fraction)", metavar="N")
+    allow_multiple: bool = option(False, "keep puzzles with several solutions, labelled with the first one found")
 
 
-def run_build(args: argparse.Namespace, log: Log = print) -> BuildReport:
-    sources = args.source or ["generate"]
+def run_build(opts: SudokuOptions, log: Log = print) -> BuildReport:
+    sources = list(opts.source or ["generate"])
     return build_sudoku(
-        source=sources, out_dir=Path(args.out), test_fraction=args.test_fraction,
-        aug=args.aug, limit=args.limit, num_generate=args.num, givens=args.givens,
-        min_guesses=max(args.min_guesses, args.min_rating) if "generate" in sources else args.min_guesses,
-        seed=args.seed, require_unique=not args.allow_multiple, min_rating=args.min_rating,
-        max_rating=args.max_rating, test_hardest=args.test_hardest, log=log)
+        source=sources, out_dir=opts.out, test_fraction=opts.test_fraction,
+        aug=opts.aug, limit=opts.limit, num_generate=opts.num, givens=opts.givens,
+        min_guesses=max(opts.min_guesses, opts.min_rating) if "generate" in sources else opts.min_guesses,
+        seed=opts.seed, require_unique=not opts.allow_multiple, min_rating=opts.min_rating,
+        max_rating=opts.max_rating, test_hardest=opts.test_hardest, log=log)
 
 
 TASK = Task(
     name="sudoku", shape="grid", summary="9 x 9 Sudoku (generated, plain-text collections, Sudoku-Extreme CSV)",
-    add_arguments=add_arguments, build=run_build, scorer=sudoku_scorer, variants=sudoku_variants,
+    options=SudokuOptions, build=run_build, scorer=sudoku_scorer, variants=sudoku_variants,
     presets={"paper": "configs/sudoku-paper.yaml", "laptop": "configs/sudoku-laptop.yaml"},
-    learn_set=LearnSet(),
+    learn_set=SudokuLearnSet(),
 )
