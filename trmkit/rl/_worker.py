@@ -26,9 +26,15 @@ only without the parent's whitelist, e.g. ``len.__self__`` is the real builtins 
 code can still write to its own stdout or spin in C. The parent's wall-clock limit and its
 bounded, id-checked reads are the backstop for that; the whitelist is what forbids it.
 
+Two policies, chosen by the config's ``"policy"``: ``"small"`` (the default, above) and ``"azr"``
+(``_worker_azr.py``: programs in the Absolute Zero Reasoner's formats, checked first by
+trmkit.rl.azr.policy). The process limits and the audit hook are the same for both.
+
 Protocol: one JSON object per line on stdin ``{"id", "source", "func", "args"}``; one JSON
-object per line on stdout ``{"id", "kind", "value", "reason"}``. The first line written is a
-handshake ``{"ready": true, "builtins": [...], "limits": {...}, "notes": [...]}``.
+object per line on stdout ``{"id", "kind", "value", "reason"}`` (plus ``"retire": true`` when the
+parent must replace this worker before the next job). The first line written is a
+handshake ``{"ready": true, "policy", "builtins": [...], "modules": [...], "limits": {...},
+"notes": [...]}``.
 """
 
 import builtins
@@ -186,21 +192,43 @@ def failure(e: BaseException, cpu_seconds: float) -> tuple[str, str]:
     return "error", f"{type(e).__name__}: {e}"[:REASON_CHARS]
 
 
-def run_job(job: dict, config: dict, timer: Timer) -> dict:
+class SmallMode:
+    """Today's policy: one function of ints, bools and lists, called with JSON arguments."""
+
+    name = "small"
+    builtins = SAFE_NAMES
+    modules = ()
+    bad_output = BadOutput
+
+    def compile(self, job: dict):
+        return compile(job["source"], "<job>", "exec"), json.dumps(job["args"])
+
+    def run(self, compiled, job: dict, timer: Timer):
+        code, args_json = compiled
+        return run_once(code, job["func"], args_json, timer)
+
+    def encode(self, value, max_chars: int) -> str:
+        return encode(value, max_chars)
+
+    def changed(self) -> str | None:
+        return None  # nothing a job can reach is shared
+
+
+def run_job(job: dict, config: dict, timer: Timer, mode=None) -> dict:
     """Compile once, run twice, compare: the reply for one job (without its id)."""
+    mode = mode or SmallMode()
     cpu, max_chars = float(config["cpu_seconds"]), int(config["max_output_chars"])
-    args_json = json.dumps(job["args"])
     try:
-        code = compile(job["source"], "<job>", "exec")
+        compiled = mode.compile(job)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return {"kind": "error", "reason": f"does not compile: {type(e).__name__}: {e}"[:REASON_CHARS]}
     arm_cpu_backstop(cpu)
     texts = []
     for attempt in ("first", "second"):
         try:
-            value = run_once(code, job["func"], args_json, timer)
-            text = encode(value, max_chars)
-        except BadOutput as e:
+            value = mode.run(compiled, job, timer)
+            text = mode.encode(value, max_chars)
+        except mode.bad_output as e:
             return {"kind": "output", "reason": str(e)}
         except BaseException as e:  # the job's own failure, whatever it raised
             kind, reason = failure(e, cpu)
@@ -217,6 +245,20 @@ def run_job(job: dict, config: dict, timer: Timer) -> dict:
     return {"kind": "ok", "value_json": texts[0], "reason": ""}
 
 
+def load_mode(name: str):
+    """SmallMode, or the AZR mode from _worker_azr.py beside this file (loaded by its path: with
+    -I this folder is not on sys.path, and must not be, since its other modules would shadow
+    the standard library's)."""
+    if name != "azr":
+        return SmallMode()
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker_azr.py")
+    spec = importlib.util.spec_from_file_location("_worker_azr", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.AzrMode()
+
+
 def reply_line(job_id, reply: dict) -> str:
     """The reply as one JSON line; the value's JSON text is spliced in, not encoded twice."""
     value = reply.pop("value_json", "null")
@@ -226,22 +268,27 @@ def reply_line(job_id, reply: dict) -> str:
 
 def main() -> None:
     config = json.loads(sys.argv[1])
+    mode = load_mode(config.get("policy", "small"))  # before the hook: it imports modules
     limits, notes = set_process_limits(config)
     timer = Timer(float(config["cpu_seconds"]))
     signal.signal(signal.SIGPROF, timer)
     out = sys.stdout
-    out.write(json.dumps({"ready": True, "builtins": list(SAFE_NAMES),
-                          "limits": limits, "notes": notes}) + "\n")
+    out.write(json.dumps({"ready": True, "policy": mode.name, "builtins": list(mode.builtins),
+                          "modules": list(mode.modules), "limits": limits, "notes": notes}) + "\n")
     out.flush()
     sys.addaudithook(refuse_side_effects)  # last: from here on, nothing outside is reachable
     for line in sys.stdin:
         job = json.loads(line)
         try:
-            reply = run_job(job, config, timer)
+            reply = run_job(job, config, timer, mode)
         except MemoryError:  # outside a run, e.g. while encoding: still a memory outcome
             reply = {"kind": "memory", "reason": "MemoryError outside the job's own code"}
         except CpuTimeLimit:
             reply = {"kind": "timeout", "reason": "cpu time limit exceeded"}
+        changed = mode.changed()
+        if changed:
+            reply = {"kind": "error", "retire": True, "reason": f"the program changed {changed}, "
+                     "which later jobs share: the worker is replaced"}
         out.write(reply_line(job["id"], reply))
         out.flush()
 

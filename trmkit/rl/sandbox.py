@@ -5,7 +5,9 @@ pass them. The defences, in the order a job meets them:
 
 1. ``check_source`` (check.py, in this process, before anything runs): an AST whitelist for one
    small function of ints, bools and lists; see check.py for what it allows. This is the
-   security boundary: everything below assumes it.
+   security boundary: everything below assumes it. ``Sandbox(policy=...)`` picks another
+   checker and worker mode: trmkit.rl.azr.policy.AZR for programs in AZR's formats (strings,
+   dicts, classes, imports of allowlisted modules), behind the same process limits.
 2. A separate worker process (``_worker.py``, standard library only) started with ``-I -S`` in
    an empty directory with an empty environment, with resource limits (address space, no file
    writes, no forks, CPU), builtins cut down to the same dozen names, and an audit hook that
@@ -35,7 +37,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from trmkit.rl.check import ALLOWED_CALLS, UnsafeCode, args_problem, check_source
 
@@ -72,8 +74,24 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """Which programs a sandbox accepts and how its worker runs them. ``SMALL`` is the default;
+    trmkit.rl.azr.policy.AZR is the wider one for programs in AZR's formats."""
+
+    name: str                                          # the worker's mode: "small" or "azr"
+    builtins: frozenset                                # the names a job sees (the worker's handshake)
+    modules: frozenset                                 # the modules a job may import (ditto)
+    check_source: Callable[[str, str], None]           # raises UnsafeCode naming the line and what
+    args_problem: Callable[[Any], str | None]          # what is wrong with a job's args, or None
+
+
+SMALL = Policy("small", ALLOWED_CALLS, frozenset(), check_source, args_problem)
+
+
+@dataclass(frozen=True)
 class Job:
-    """Call ``func`` (defined by ``source``) with ``args``: ints, bools and lists/tuples of them."""
+    """Call ``func`` (defined by ``source``) with ``args``: ints, bools and lists/tuples of them
+    (under the AZR policy, one string: the call's argument text, e.g. ``("[1, 2], k=3",)``)."""
 
     source: str
     func: str
@@ -141,9 +159,9 @@ def _exit_reason(returncode: int | None) -> str:
 class _Worker:
     """One worker process and its pipes: send a job line, read one reply line by a deadline."""
 
-    def __init__(self, limits: Limits, cwd: str):
+    def __init__(self, limits: Limits, cwd: str, policy: Policy = SMALL):
         config = {"memory_bytes": limits.memory_bytes, "cpu_seconds": limits.cpu_seconds,
-                  "max_output_chars": limits.max_output_chars,
+                  "max_output_chars": limits.max_output_chars, "policy": policy.name,
                   "recursion_limit": RECURSION_LIMIT, "max_open_files": MAX_OPEN_FILES}
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(WORKER), json.dumps(config)],
@@ -162,9 +180,11 @@ class _Worker:
             self.stop()
             raise RuntimeError(f"the sandbox worker did not start ({e}); check that "
                                f"{sys.executable} -I -S {WORKER} runs") from None
-        if set(self.ready.get("builtins", ())) != ALLOWED_CALLS:
+        if set(self.ready.get("builtins", ())) != policy.builtins or \
+                set(self.ready.get("modules", ())) != policy.modules:
             self.stop()
-            raise RuntimeError("_worker.SAFE_NAMES and check.ALLOWED_CALLS differ: keep them equal")
+            raise RuntimeError(f"the worker's builtins or modules differ from policy {policy.name!r} "
+                               "(_worker.py against check.py or azr/policy.py): keep them equal")
 
     @property
     def pid(self) -> int:
@@ -231,9 +251,10 @@ class Sandbox:
     burn the wall-clock limit, and the audit hook and resource limits are then the only walls.
     """
 
-    def __init__(self, limits: Limits = Limits(), check_ast: bool = True):
+    def __init__(self, limits: Limits = Limits(), check_ast: bool = True, policy: Policy = SMALL):
         self.limits = limits
         self.check_ast = check_ast
+        self.policy = policy
         self.stats: dict[str, int] = {"jobs": 0, **{k: 0 for k in KINDS},
                                       "worker_starts": 0, "worker_restarts": 0}
         self.worker_info: dict = {}  # the last worker's handshake: limits set, notes
@@ -276,7 +297,7 @@ class Sandbox:
             return Outcome("rejected", reason=f"func must be a function name, got {job.func!r}")
         if not isinstance(job.source, str):
             return Outcome("rejected", reason=f"source must be a str, got {type(job.source).__name__}")
-        problem = args_problem(job.args)
+        problem = self.policy.args_problem(job.args)
         if problem is None and self.check_ast:
             problem = self._source_problem(job.source, job.func)
         return Outcome("rejected", reason=problem) if problem else None
@@ -288,7 +309,7 @@ class Sandbox:
             if len(self._checked) >= 4096:
                 self._checked.clear()
             try:
-                check_source(source, func)
+                self.policy.check_source(source, func)
                 self._checked[key] = None
             except UnsafeCode as e:
                 self._checked[key] = str(e)
@@ -301,7 +322,7 @@ class Sandbox:
         if self._worker is None:
             if not Path(self._dir.name).is_dir():  # removed by close()
                 self._dir = tempfile.TemporaryDirectory(prefix="trmkit-sandbox-")
-            self._worker = _Worker(self.limits, self._dir.name)
+            self._worker = _Worker(self.limits, self._dir.name, self.policy)
             self.worker_info = self._worker.ready
             self.stats["worker_starts"] += 1
         return self._worker
@@ -330,6 +351,8 @@ class Sandbox:
                           "the worker was killed")
             self._discard_worker()
             return Outcome(kind, reason=reason)
+        if reply.get("retire"):  # the job changed state that later jobs would share
+            self._discard_worker()
         if reply["kind"] == "ok":
             return Outcome("ok", value=reply.get("value"))
         return Outcome(reply["kind"], reason=str(reply.get("reason", "")))
