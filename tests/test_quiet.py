@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-import random
 import re
 import time
 from pathlib import Path
@@ -14,31 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.tiny import EMAIL_TINY, PAIRS_TINY, mail_csv, pairs_jsonl
 from trmkit import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS_TINY = """
-run: {seed: 0, threads: 1, compile: "off"}
-model: {mixer: mlp_t, hidden_size: 32, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
-train: {batch_size: 8, max_steps: 4, lr: 1.0e-3, warmup_steps: 1, eval_every: 0, log_every: 2,
-        checkpoint_minutes: 0, ema_decay: 0.0}
-"""
-EMAIL_TINY = """
-run: {seed: 0, threads: 1, compile: "off", dtype: float32}
-model: {mixer: attention, hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2,
-        puzzle_emb_len: 0}
-train: {batch_size: 16, max_steps: 2, lr: 2.0e-3, warmup_steps: 1, eval_every: 0, log_every: 1,
-        checkpoint_minutes: 0, ema_decay: 0.0}
-"""
 
-
-def _mail_csv(path: Path) -> Path:
-    rng = random.Random(0)
-    words = {"spam": "win money prize offer cheap click free cash".split(),
-             "ham": "meeting report project team lunch schedule notes draft".split()}
-    rows = [f"{' '.join(rng.choice(words[label]) for _ in range(12))},{label}" for label in ("spam", "ham") * 30]
-    path.write_text("text,label\n" + "\n".join(rows) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +26,11 @@ def w(tmp_path_factory) -> dict:
     t = tmp_path_factory.mktemp("quiet")
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CACHE_HOME", str(t / "cache"))
-    rng = np.random.default_rng(0)
-    pairs = [{"input": g.tolist(), "output": (3 - g).tolist()} for g in rng.integers(0, 4, size=(24, 2, 3))]
-    (t / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    pairs = pairs_jsonl(t / "pairs.jsonl")
     (t / "ask.jsonl").write_text(json.dumps({"input": pairs[0]["input"]}) + "\n")
     assert cli.main(["data", "pairs", "--source", str(t / "pairs.jsonl"), "--out", str(t / "pstore")]) == 0
     (t / "tiny.yaml").write_text(PAIRS_TINY)
-    _mail_csv(t / "mail.csv")
+    mail_csv(t / "mail.csv")
     assert cli.main(["data", "email", "--source", str(t / "mail.csv"), "--seq-len", "16", "--bag", "0",
                      "--vocab-size", "300", "--out", str(t / "estore")]) == 0
     (t / "etiny.yaml").write_text(EMAIL_TINY)

@@ -5,30 +5,15 @@ the command's own earlier output is replaced; a write is all or nothing (a tempo
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.tiny import EMAIL_TINY as TINY
+from tests.tiny import mail_csv
 from trmkit import cli
 
-TINY = """
-run: {seed: 0, threads: 1, compile: "off", dtype: float32}
-model: {mixer: attention, hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2,
-        puzzle_emb_len: 0}
-train: {batch_size: 16, max_steps: 2, lr: 2.0e-3, warmup_steps: 1, eval_every: 0, log_every: 1,
-        checkpoint_minutes: 0, ema_decay: 0.0}
-"""
 MBOX = b"From a@b.c Thu Dec  3 10:00:00 2026\nFrom: a@b.c\nSubject: cheap prize\n\nwin money now\n"
-
-
-def _mail_csv(path: Path) -> Path:
-    rng = random.Random(0)
-    words = {"spam": "win money prize offer cheap click free cash".split(),
-             "ham": "meeting report project team lunch schedule notes draft".split()}
-    rows = [f"{' '.join(rng.choice(words[label]) for _ in range(12))},{label}" for label in ("spam", "ham") * 30]
-    path.write_text("text,label\n" + "\n".join(rows) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +22,7 @@ def made(tmp_path_factory) -> Path:
     t = tmp_path_factory.mktemp("policy")
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CACHE_HOME", str(t / "cache"))
-    _mail_csv(t / "mail.csv")
+    mail_csv(t / "mail.csv")
     common = ["--source", str(t / "mail.csv"), "--seq-len", "16", "--vocab-size", "300"]
     assert cli.main(["data", "email", *common, "--bag", "0", "--out", str(t / "store")]) == 0
     assert cli.main(["data", "email", *common, "--bag", "64", "--keep-labels", "3", "--out", str(t / "few")]) == 0
