@@ -1,0 +1,63 @@
+"""The analytic memory model of an LM round: each term, and the micro-batch it lets the planner pick."""
+
+import pytest
+
+from trmkit.rl.lm.memory import (LOGIT_COPIES, MemorySwitches, RoundShape, estimate, kv_cache_bytes, logits_bytes,
+                                 lora_count, param_count, pick_micro_batch)
+from trmkit.rl.lm.shapes import SHAPES
+
+QWEN = SHAPES["qwen2.5-0.5b"]
+GiB = 1 << 30
+
+
+def test_whole_batch_logits_against_a_chunk_for_qwen_at_8_by_512():
+    # 8 rows x 512 tokens x 151,936 ids x 4 bytes = 2,489,319,424 bytes (2.32 GiB) for one float32 tensor;
+    # a chunk of 1,024 tokens: 1,024 x 151,936 x 4 = 622,329,856 bytes (0.58 GiB), whatever the batch
+    assert logits_bytes(8, 512, QWEN["vocab_size"], None) == 8 * 512 * 151_936 * 4 == 2_489_319_424
+    assert logits_bytes(8, 512, QWEN["vocab_size"], 1024) == 1024 * 151_936 * 4 == 622_329_856
+    assert logits_bytes(1, 100, QWEN["vocab_size"], 1024) == 100 * 151_936 * 4  # a chunk no larger than the batch
+    naive = estimate(QWEN, RoundShape(8, 256, 256), MemorySwitches(dtype="float32", chunk_tokens=None))
+    efficient = estimate(QWEN, RoundShape(8, 256, 256), MemorySwitches(dtype="float32", chunk_tokens=1024))
+    assert naive.terms["logits"] == 2_489_319_424  # the naive path's logits cover all P + R positions
+    assert efficient.terms["logits"] == 622_329_856
+    assert naive.update - efficient.update == LOGIT_COPIES * (2_489_319_424 - 622_329_856)
+
+
+def test_parameter_and_lora_counts_of_the_real_shapes():
+    assert param_count(QWEN) == 494_032_768
+    assert param_count(SHAPES["qwen2.5-1.5b"]) == 1_543_714_304
+    assert param_count(SHAPES["llama-3.2-1b"]) == 1_235_814_400
+    assert lora_count(QWEN, 16) == 8_798_208  # r 16 on all seven projections, as peft reports for Qwen2.5-0.5B
+    assert lora_count(QWEN, 16, ("q_proj", "v_proj")) == 24 * 16 * (896 + 896 + 896 + 128)
+
+
+def test_each_switch_removes_its_own_term():
+    round_ = RoundShape(8, 256, 256)
+    naive = estimate(QWEN, round_, MemorySwitches(dtype="float32", lora_rank=None, checkpointed_layers=0,
+                                                  chunk_tokens=None, reference_copy=True))
+    lora = estimate(QWEN, round_, MemorySwitches(dtype="float32", lora_rank=16, checkpointed_layers=0,
+                                                 chunk_tokens=None, reference_copy=False))
+    assert naive.terms["reference_copy"] == naive.terms["weights"] == 494_032_768 * 4
+    assert naive.terms["adam"] == 2 * naive.terms["weights"] and lora.terms["adam"] == 8 * 8_798_208
+    ckpt = estimate(QWEN, round_, MemorySwitches(dtype="float32", checkpointed_layers=-1, chunk_tokens=None))
+    assert ckpt.terms["activations"] < lora.terms["activations"] / 8
+    assert kv_cache_bytes(QWEN, 8, 512, "bfloat16") == 2 * 24 * 8 * 512 * 2 * 64 * 2  # 0.1 GiB: GQA's 2 kv heads
+    assert lora.rollout < lora.update and naive.peak > 4 * estimate(QWEN, round_, MemorySwitches()).peak
+
+
+def test_the_planner_picks_the_largest_micro_batch_inside_the_budget():
+    round_ = RoundShape(8, 256, 256)
+    rows, est, reason = pick_micro_batch(QWEN, round_, MemorySwitches(), budget=10 * GiB)
+    assert rows == 8 and est.peak <= 10 * GiB and reason.startswith("micro_batch=8 (budget 10.0 GiB")
+    peaks = [estimate(QWEN, RoundShape(b, 256, 256), MemorySwitches(checkpointed_layers=0)).peak for b in (3, 4)]
+    budget = (peaks[0] + peaks[1]) // 2
+    rows, est, _ = pick_micro_batch(QWEN, round_, MemorySwitches(checkpointed_layers=0), budget)
+    assert rows == 3 and est.peak == peaks[0]
+    rows, _, reason = pick_micro_batch(QWEN, round_, MemorySwitches(dtype="float32"), budget=1 * GiB)
+    assert rows == 0 and "largest term: weights" in reason
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_every_term_is_positive_for_every_shape(name):
+    est = estimate(SHAPES[name], RoundShape(2, 64, 64), MemorySwitches())
+    assert all(v > 0 for k, v in est.terms.items() if k != "reference_copy")
