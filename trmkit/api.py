@@ -28,6 +28,7 @@ from trmkit.config import Config, ConfigError
 from trmkit.tasks.options import BuildOptions, read_options, specs
 
 if TYPE_CHECKING:
+    from trmkit.model.parts import PartsFactory
     from trmkit.tasks.base import BeforeTraining, SamplerFactory, ScorerFactory, Task
 
 Log = Callable[[str], None]
@@ -340,13 +341,16 @@ class TaskHooks(TypedDict):
     scorer: ScorerFactory | None
     sampler: SamplerFactory | None
     before_training: BeforeTraining | None
+    parts: PartsFactory | None
 
 
 def task_hooks(cfg: Config, log: Log = print) -> TaskHooks:
-    """What the store's task plugs into the trainer: its scorer, its generator and its before-training hook."""
+    """What the store's task plugs into the trainer: its scorer, its generator, its before-training hook and
+    its pieces of the model."""
     task = store_task(cfg, log)
     return TaskHooks(scorer=task.scorer if task else None, sampler=task.sampler if task else None,
-                     before_training=task.before_training if task else None)
+                     before_training=task.before_training if task else None,
+                     parts=task.model_parts if task else None)
 
 
 def add_data_arguments(p: argparse.ArgumentParser, task: Task) -> None:

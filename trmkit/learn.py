@@ -187,7 +187,7 @@ def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float |
     with tempfile.TemporaryDirectory(prefix="trmkit-learn-") as tmp:
         cfg = curve_config(cfg, minutes, tmp, log)
         result = run(cfg, hw, hooks=curve, log=log, cache_dir=cache_dir, scorer=task.scorer, sampler=task.sampler,
-                     before_training=task.before_training)
+                     before_training=task.before_training, parts=task.model_parts)
     if result.get("stopped"):
         log(f"learn: stopped by {result['stopped']} after {len(curve.points)} of {len(points_at)} points")
     return curve.points

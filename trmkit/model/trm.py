@@ -28,15 +28,16 @@ Departures / choices beyond the paper (following the reference code):
   model of their ids, fitted by the task before training (model/input_linear.py).
 - model.mixer=conv (ours, for grid tasks; layers.GridConv): no prefix and no positions;
   the halting head reads the mean of z_H over the grid instead of the first position.
-- model.trace_answers (ours, with data.trace): the token head has extra outputs, the labels of a
-  search's trace, each standing for an answer id; `answer_logits` folds them into the answer.
+- An application's own pieces are `Part`s (model/parts.py) the TRM composes, never branches here: e.g. the
+  maze task's trace (data.trace) gives the token head extra outputs, each standing for an answer id, and
+  `answer_logits` folds them into the answer (tasks/maze/fold.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -44,7 +45,7 @@ from torch import nn
 from trmkit.config import ModelConfig
 from trmkit.model import input_linear
 from trmkit.model.layers import Network, rotary_tables
-from trmkit.model.losses import merge_logits
+from trmkit.model.parts import Part
 
 
 @dataclass
@@ -105,9 +106,10 @@ class PuzzleEmbedding(nn.Module):
 
 
 class TRM(nn.Module):
-    """TRM(cfg): embeddings, one shared network, output and halting heads."""
+    """TRM(cfg, parts): embeddings, one shared network, output and halting heads, and the application's
+    parts (model/parts.py; none for Sudoku), which every reader of an answer sees through `answer_logits`."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, parts: Sequence[Part] = ()):
         super().__init__()
         if cfg.vocab_size < 1 or cfg.seq_len < 1 or cfg.num_puzzle_ids < 1:
             raise ValueError("ModelConfig.vocab_size/seq_len/num_puzzle_ids come from the "
@@ -116,6 +118,7 @@ class TRM(nn.Module):
             raise ValueError(f"model.mixer=conv needs the grid's shape (model.grid_height x grid_width = "
                              f"seq_len {cfg.seq_len}): it comes from the store's meta.json (grid_shape)")
         self.cfg = cfg
+        self.parts = nn.ModuleList(parts)  # a part without weights adds nothing to the state dict
         self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
         self.train_cycles: tuple[int, int] | None = None  # (T, n) of training steps (train/depth.py), else cfg's
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
@@ -136,7 +139,7 @@ class TRM(nn.Module):
             if cfg.input_linear:
                 self._input_linear_buffers(cfg)
         else:
-            self.lm_head = nn.Linear(D, (cfg.answer_vocab or cfg.vocab_size) + len(cfg.trace_ids), bias=False)
+            self.lm_head = nn.Linear(D, (cfg.answer_vocab or cfg.vocab_size) + self.extra_outputs, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
         self.q_head = nn.Linear(D, 2, bias=True)
         with torch.no_grad():  # start by never halting early (paper: bias -5)
@@ -269,11 +272,18 @@ class TRM(nn.Module):
             logits = logits.float() + linear
         return logits.unsqueeze(1)
 
+    @property
+    def extra_outputs(self) -> int:
+        """Token-head outputs past the answer vocabulary, the parts' (a maze trace's tokens)."""
+        return sum(part.extra_outputs for part in self.parts)
+
     def answer_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """The answer's logits (B, L, V) from a step's: with model.trace_answers the trace tokens' probabilities
-        join the answer ids they stand for (losses.merge_logits); else the logits themselves. Training's loss
+        """The answer's logits (B, L, V) from a step's, each part's `answer` applied in turn (a trace's tokens
+        folded into the answer ids they stand for); without parts, the logits themselves. Training's loss
         reads a step's own logits; everything that reads an answer reads these."""
-        return merge_logits(logits, self.cfg.trace_ids, self.cfg.loss)
+        for part in self.parts:
+            logits = part.answer(logits)
+        return logits
 
     def input_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
         """(B, C) float32: the sum of the pooled ids' rows of the fitted linear model, plus its bias; in

@@ -81,13 +81,16 @@ def _replica_step(model: Any, batch: int, micro_batch: int, autocast: Any, steps
 
 def calibration_child(spec_text: str) -> None:
     """Entry point of the measuring subprocess: one replica step, then print peak RSS as JSON."""
+    from trmkit.model.parts import Part
     from trmkit.model.trm import TRM
 
     spec = json.loads(spec_text)
     torch.set_num_threads(int(spec["threads"]))
     baseline = rss_now()
     torch.manual_seed(0)
-    model = TRM(ModelConfig(**spec["model"]))
+    m = ModelConfig(**spec["model"])
+    outputs = [Part(extra_outputs=len(m.trace_ids))] if m.trace_ids else []  # a trace's head: its size alone
+    model = TRM(m, outputs)
     model.grad_checkpointing = bool(spec["grad_checkpointing"])
     autocast = autocast_factory(CPU, spec["dtype"])
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ import torch
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import ConfigError
+
+if TYPE_CHECKING:
+    from trmkit.model.parts import PartsFactory
 
 Log = Callable[[str], None]
 TASKS = ("sudoku", "maze", "pairs")  # the stores whose runs predict answers (e-mail: `trmkit email predict`)
@@ -60,6 +63,13 @@ def parse_steps(text: str | int | None, task: str, n_sup: int) -> Steps:
     return Steps(int(text), None, "--steps K")
 
 
+def model_parts(task: str | None) -> PartsFactory | None:
+    """The pieces of the model (model/parts.py) the run's task adds, e.g. a maze trace's answer fold."""
+    from trmkit.tasks import maze, pairs, sudoku
+
+    return {t.name: t.model_parts for t in (sudoku.TASK, maze.TASK, pairs.TASK)}.get(task or "")
+
+
 class Predictor:
     """The model of one run, its weights loaded once, and the store's task it answers."""
 
@@ -81,7 +91,8 @@ class Predictor:
                               "`trmkit train`?")
         overrides = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else [])
         cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
-        session = prepare(cfg, hw, log=plan_lines_to(log, verbose), cache_dir=cache_dir, evaluate_only=True)
+        session = prepare(cfg, hw, log=plan_lines_to(log, verbose), cache_dir=cache_dir, evaluate_only=True,
+                          parts=model_parts(rundir.task_of(run_dir)))
         task = (session.data.train or session.data.test).meta.task
         if task not in TASKS:
             hint = "; e-mail runs answer with `trmkit email predict`" if task.startswith("email") else ""
@@ -112,7 +123,7 @@ class Predictor:
             return model
         if shape not in self._models:
             sized = dataclasses.replace(cfg, seq_len=shape[0] * shape[1], grid_height=shape[0], grid_width=shape[1])
-            other = TRM(sized).to(self.session.ctx.device)
+            other = TRM(sized, model.parts).to(self.session.ctx.device)
             other.load_state_dict(model.state_dict())
             other.net.fused_inference = model.net.fused_inference
             self._models[shape] = other.eval()

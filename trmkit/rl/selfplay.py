@@ -182,7 +182,7 @@ class SelfPlayObjective(SeedObjective):
             return None
         if self.reference is None:
             with torch.random.fork_rng(devices=[]):  # its random init must not move the run's random state
-                self.reference = TRM(model.cfg).to(ctx.device).eval()
+                self.reference = TRM(model.cfg, model.parts).to(ctx.device).eval()
             rundir.load_weights(self.reference, self.reference_path, ctx.device)
         model.eval()
         kls = []

@@ -21,6 +21,7 @@ from trmkit.config import Config
 from trmkit.data.generated import Sampler
 from trmkit.data.store import Split
 from trmkit.hardware import HardwareInfo
+from trmkit.model.parts import PartsFactory
 from trmkit.train import loop
 from trmkit.train.distributed import SINGLE, World
 from trmkit.train.hooks import NO_HOOKS, Hooks
@@ -36,7 +37,7 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
         cache_dir: Path | None = None, objective: Objective | None = None, world: World = SINGLE,
         resume: bool = False, force: bool = False, is_tty: bool = False,
         scorer: Callable[[Split], Scorer] | None = None, sampler: Callable[..., Sampler] | None = None,
-        before_training: Callable[..., None] | None = None) -> dict:
+        before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None) -> dict:
     """Train cfg on this machine: the run's result (its summary, or {"stopped", "steps", "exit_code"}
     after a stop signal, saved).
 
@@ -45,10 +46,10 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
     cache_dir: the planner's measurement cache (the CLI's, so every command plans from the same measurements).
     objective: a workload that makes its own batches, in place of a store (train/objective.py).
     world: this process's place among several (train/distributed.py).
-    scorer, sampler, before_training: what the store's task plugs in (session.prepare)."""
+    scorer, sampler, before_training, parts: what the store's task plugs in (session.prepare)."""
     claim_run_dir(cfg.run.dir, resume, force, log)
     s = prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective, world=world, scorer=scorer,
-                sampler=sampler, before_training=before_training)
+                sampler=sampler, before_training=before_training, parts=parts)
     result = loop.train(s, hooks=hooks, is_tty=is_tty, log=log)
     hooks.after_training(s, result)
     return result

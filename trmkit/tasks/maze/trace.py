@@ -17,7 +17,7 @@ supervision step has one local job - move the wave r cells, move the trace r cel
 set - the same on any grid, so the learned step runs on grids larger than the training ones for as
 many steps as their routes need (`trmkit eval RUN --steps auto`). The eight trace tokens stand for
 the answer's " " and "o" (TRACE_TOKENS): evaluation reads the answer by adding each trace token's
-probability to the answer token it stands for (model.trace_answers, model/losses.py merge_logits).
+probability to the answer token it stands for (model.trace_answers; the model part fold.py's AnswerFold).
 """
 
 from __future__ import annotations
