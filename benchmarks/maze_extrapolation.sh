@@ -11,7 +11,7 @@
 # Usage: bash benchmarks/maze_extrapolation.sh [OUT_DIR]     (default runs/maze-extrap-<stamp>)
 #        MINUTES=60 THREADS=1 ARMS="base prog=train.progressive_loss=0.5" bash benchmarks/maze_extrapolation.sh
 #        MINUTES=60 THREADS=2 ARMS="base" bash benchmarks/maze_extrapolation.sh       (one arm on 2 cores)
-#        MINUTES=60 ARMS="base long=data.hardness=56" bash benchmarks/maze_extrapolation.sh   (longer routes)
+#        MINUTES=60 ARMS="base long=maze.hardness=56" bash benchmarks/maze_extrapolation.sh   (longer routes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRMKIT=${TRMKIT:-.venv/bin/trmkit}

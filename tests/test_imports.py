@@ -84,13 +84,18 @@ def test_the_checker_would_catch_a_backward_import(tmp_path):
     assert layer_of("trmkit.cli")[1] > layer_of("trmkit.model.trm")[1]
 
 
+# What a task may name beyond the data helpers: the trainer's Scorer seam, the model's Part seam and the losses
+# a part folds under (a maze trace's AnswerFold).
+TASK_SEAMS = ("trmkit.train.scorer", "trmkit.model.parts", "trmkit.model.losses")
+
+
 def test_tasks_use_only_data_helpers_and_the_trainer_never_imports_a_task():
     for path in sorted((PACKAGE / "tasks").rglob("*.py")):  # tasks/sudoku/, tasks/arc/ included
         for other in imports_of(path):
             assert layer_of(other)[0] in ("trmkit", "trmkit.config", "trmkit.files", "trmkit.rundir", "trmkit.data",
-                                          "trmkit.tasks") or other == "trmkit.train.scorer", \
+                                          "trmkit.tasks") or other in TASK_SEAMS, \
                 f"{module_name(path)} imports {other}: a task builds on data helpers (and names the trainer's " \
-                "Scorer seam, train/scorer.py), not on the trainer"
+                "Scorer seam, train/scorer.py, and the model's Part seam, model/parts.py), not on the trainer"
 
 
 def test_rooms_stay_small():

@@ -5,10 +5,10 @@ metadata -> the planner's choices -> written to the run directory and into
 every checkpoint. Each part of trmkit receives only its own section.
 Unknown keys are errors that name the key and the closest valid one.
 
-`Config` holds the generic sections (run, model, data, train) as fields. An application's own
-section (rl: trmkit/rl/config.py) is its package's dataclass, known by registration: the loader is
-given trmkit/registry.py's SECTIONS (`load(..., apps=SECTIONS)`) and builds it into
-`Config.sections`; the YAML and the overrides spell it as any other section (`rl.attempts=8`).
+`Config` holds the generic sections (run, model, data, train) as fields. An application's or a task's own
+section (rl: trmkit/rl/config.py; maze: trmkit/tasks/maze/config.py) is its package's dataclass, known by
+registration: the loader is given trmkit/registry.py's SECTIONS (`load(..., apps=SECTIONS)`) and builds
+it into `Config.sections`; the YAML and the overrides spell it as any other section (`rl.attempts=8`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 import yaml
 
-from trmkit.names import current_names
+from trmkit.names import MOVED, current_names, with_current_keys
 
 
 class ConfigError(ValueError):
@@ -181,20 +182,13 @@ class DataConfig:
     #                        each step (seeded, resumable); "curriculum": the split drawn easy -> hard by its rating
     curriculum_samples: int = 0  # samples over which stream=generate ramps from easy to the store's difficulty
     #                              (0: no ramp), or stream=curriculum grows its pool to every training group
-    hardness: int = 0  # stream=generate: how hard the generated ones are (a maze: its path's steps); 0: the store's
-    easy_share: float = 0.5  # stream=generate: the share of easier ones (a maze: t..t+2 steps, t uniform to hardness)
-    long_share: float = 0.0  # stream=generate: the share of hard ones made longer (a maze: no loops, 2 x the path)
     trace: int = 0  # stream=generate: each supervision step's labels, a search's trace at this many cells a step
 
     def __post_init__(self) -> None:
         if self.stream not in ("store", "generate", "curriculum"):
             raise ConfigError(f"data.stream={self.stream!r}: use 'store', 'generate' or 'curriculum'")
-        if min(self.curriculum_samples, self.hardness, self.trace) < 0:
-            raise ConfigError("data.curriculum_samples, data.hardness and data.trace must be >= 0 (0 = none / the "
-                              "store's / off)")
-        for key, share in (("easy_share", self.easy_share), ("long_share", self.long_share)):
-            if not 0.0 <= share <= 1.0:
-                raise ConfigError(f"data.{key}={share}: give a share between 0 and 1 (0.5: half of them)")
+        if min(self.curriculum_samples, self.trace) < 0:
+            raise ConfigError("data.curriculum_samples and data.trace must be >= 0 (0 = none / off)")
         if self.stream == "curriculum" and not self.curriculum_samples:
             raise ConfigError("data.stream=curriculum needs data.curriculum_samples > 0: the samples over which "
                               "training moves from the easiest groups to all of them")
@@ -381,10 +375,11 @@ def from_dict(raw: dict[str, Any], where: str = "config", apps: AppSections | No
     """Build a Config from nested dicts, rejecting unknown keys by name. `apps` are the applications'
     sections (trmkit/registry.py's SECTIONS), each built and checked as a generic one. A reader not given
     them (None) keeps any other section as the mapping it is, to be checked by its application when it
-    reads it (`section`), and still refuses a misspelt generic one ('trian')."""
+    reads it (`section`), and still refuses a misspelt generic one ('trian'). A key under its former section
+    (data.hardness) is read under its current name (trmkit/names.py's MOVED), with a note on stderr."""
     generic: dict[str, Any] = {}
     own: dict[str, Any] = {}
-    for name, values in (raw or {}).items():
+    for name, values in with_current_keys(raw or {}, where, say=_say).items():
         cls = _all_sections(apps).get(name)
         misspelt = difflib.get_close_matches(name, GENERIC_SECTIONS, n=1, cutoff=0.75)
         if cls is None and (apps is not None or misspelt):
@@ -407,6 +402,17 @@ def _build(cls: type[T], name: str, values: Mapping[str, Any], where: str, apps:
             raise _unknown_key(f"{name}.{key}", where, apps)
         kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")
     return cls(**kwargs)
+
+
+def _say(line: str) -> None:
+    """A note on a former key: on stderr, as the other notes of the command line."""
+    print(f"config: {line}", file=sys.stderr)
+
+
+def section_types(cfg: Config) -> dict[str, type]:
+    """The classes of cfg's application sections held typed ({"rl": RLConfig}): what a checkpoint's older
+    config is completed from (train/checkpoint/identity.py `with_new_defaults`)."""
+    return {name: type(v) for name, v in cfg.sections.items() if dataclasses.is_dataclass(v)}
 
 
 def section(cfg: Config, name: str, cls: type[T]) -> T:
@@ -443,6 +449,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
     for text in overrides:
         key, value = parse_override(text)
+        if key in MOVED:  # a later override wins over the file's key under either name
+            _say(f"override: {key} is now {MOVED[key][0]} (the old name still reads; write the new one)")
+            key = MOVED[key][0]
         parts = key.split(".")
         if len(parts) != 2 or not isinstance(out.setdefault(parts[0], {}), dict):
             raise _unknown_key(key, "override")

@@ -1,15 +1,24 @@
-"""Model keys and weights under their former names: what was written before a rename still loads.
+"""Config keys and weights under their former names: what was written before a rename or a move still loads.
 
-Every reader of configs, runs, bundles, checkpoints and stores passes names through `current_name(s)`.
+Every reader of configs, runs, bundles, checkpoints and stores passes names through `current_name(s)`; the
+config loader moves keys that left their section (`MOVED`) to the section that owns them now.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Mapping
 
 # Model keys under former names (from before the e-mail bag model left the model's names): old prefix -> new,
 # for config keys, weights (bag_head.weight -> pooled_head.weight) and meta.json.
 RENAMED = {"bag_positions": "pooled_positions", "bag_head": "pooled_head", "bag_linear": "input_linear"}
+
+# Config keys that moved to the section of the one task that reads them: former dotted key -> (current dotted
+# key, the value every config written before the move holds when the key was left unset: said nothing, dropped).
+MOVED: dict[str, tuple[str, Any]] = {
+    "data.hardness": ("maze.hardness", 0),  # the maze generator's knobs (trmkit/tasks/maze/config.py)
+    "data.easy_share": ("maze.easy_share", 0.5),
+    "data.long_share": ("maze.long_share", 0.0),
+}
 
 
 def current_name(name: str) -> str:
@@ -24,3 +33,28 @@ def current_name(name: str) -> str:
 def current_names(values: dict[str, Any]) -> dict[str, Any]:
     """A mapping with its keys under their current names (`current_name`)."""
     return {current_name(k): v for k, v in values.items()}
+
+
+def with_current_keys(raw: Mapping[str, Any], where: str = "config",
+                      say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A config's sections with the keys that moved (MOVED) under their current names: {"data": {"hardness":
+    36}} -> {"data": {}, "maze": {"hardness": 36}}. A former key at the value every config held when it was
+    unset is dropped (a run's config.yaml lists every key); `say` gets one line naming the others. Given
+    under both names, the current one is kept."""
+    out = {name: dict(v) if isinstance(v, Mapping) else v for name, v in raw.items()}
+    used = []
+    for old, (new, unset) in MOVED.items():
+        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+        values = out.get(old_section)
+        if not isinstance(values, dict) or old_key not in values:
+            continue
+        value = values.pop(old_key)
+        if value == unset or not isinstance(out.setdefault(new_section, {}), dict):  # (refused by the loader)
+            continue
+        out[new_section].setdefault(new_key, value)
+        used.append(old)
+    if used and say is not None:
+        news = ", ".join(MOVED[k][0] for k in used)
+        say(f"{where}: {', '.join(used)} {'is' if len(used) == 1 else 'are'} now {news} (the old name still "
+            "reads; write the new one)")
+    return out

@@ -24,13 +24,15 @@ from trmkit.email.task import TASK as EMAIL
 from trmkit.rl.config import RLConfig
 from trmkit.tasks import arc, maze, pairs, sudoku
 from trmkit.tasks.base import Task
+from trmkit.tasks.maze.config import MazeConfig
 
 TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, arc.TASK, pairs.TASK, EMAIL,
                                                          EMAIL_MLM)}
 
-# The applications' own config sections: name -> dataclass; trmkit.config builds and checks them when it is
-# given this dict (`config.load(path, overrides, apps=SECTIONS)`), and writes them beside the generic ones.
-SECTIONS: dict[str, type] = {"rl": RLConfig}
+# The applications' and tasks' own config sections: name -> dataclass; trmkit.config builds and checks them
+# when it is given this dict (`config.load(path, overrides, apps=SECTIONS)`), and writes them beside the
+# generic ones.
+SECTIONS: dict[str, type] = {"rl": RLConfig, "maze": MazeConfig}
 
 
 def register(task: Task) -> Task:

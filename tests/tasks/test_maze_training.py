@@ -3,6 +3,7 @@ loss masking that changes which cells are scored, test-time supervision steps, a
 a positionless conv model on a larger grid, planned at that grid's size inside the memory budget
 (refused, with its reason, for attention)."""
 
+import hashlib
 import json
 import os
 import re
@@ -14,14 +15,17 @@ import time
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from tests import SAFETY_TIMEOUT
 from trmkit import procs
-from trmkit.config import ConfigError, DataConfig
+from trmkit.config import ConfigError
 from trmkit.data.generated import GeneratedStream
 from trmkit.data.store import open_split
 from trmkit.tasks import maze
-from trmkit.train.checkpoint import list_checkpoints, load_checkpoint
+from trmkit.tasks.maze.config import MazeConfig
+from trmkit.train.checkpoint import config_hash, list_checkpoints, load_checkpoint
+from trmkit.train.checkpoint.identity import canonical_json
 from trmkit.train.step import labels_to_tensor
 
 CONV = """
@@ -80,7 +84,7 @@ def test_easy_share_sets_how_many_generated_mazes_are_easier(root):
     assert short_paths(1.0) >= 60  # most easier (t drawn near the hardness can reach it)
     assert 20 <= short_paths(0.5) <= 55
     with pytest.raises(ConfigError, match="easy_share"):
-        DataConfig(easy_share=1.5)
+        MazeConfig(easy_share=1.5)
 
 
 def test_long_share_makes_hard_mazes_perfect_with_twice_the_path_and_zero_changes_nothing(root):
@@ -96,7 +100,7 @@ def test_long_share_makes_hard_mazes_perfect_with_twice_the_path_and_zero_change
         maze.check_answer(q.reshape(11, 11), a.reshape(11, 11))
     assert np.array_equal(take(long_share=0.0).inputs, take().inputs)  # 0 draws nothing: the same stream
     with pytest.raises(ConfigError, match="long_share"):
-        DataConfig(long_share=-0.1)
+        MazeConfig(long_share=-0.1)
 
 
 def test_hardness_sets_how_long_generated_paths_are_while_the_store_keeps_its_own(root):
@@ -110,8 +114,8 @@ def test_hardness_sets_how_long_generated_paths_are_while_the_store_keeps_its_ow
     assert min(path_steps(hardness=30)) >= 30
     assert min(path_steps()) < 30 and path_steps(hardness=0) == path_steps()  # 0: the store's hardness
     with pytest.raises(ConfigError, match="hardness"):
-        DataConfig(hardness=-1)
-    with pytest.raises(ConfigError, match="data.hardness=200: no 11x11 maze"):  # out of the grid's reach
+        MazeConfig(hardness=-1)
+    with pytest.raises(ConfigError, match="maze.hardness=200: no 11x11 maze"):  # out of the grid's reach
         maze.MazeSampler(meta, hardness=200)
 
 
@@ -126,8 +130,10 @@ def test_mask_given_leaves_walls_start_and_goal_out_of_the_loss():
 
 
 def test_generated_training_resumes_exactly_after_sigkill(root):
+    """The killed run's files are then made as trmkit wrote them when the maze knobs were data.* keys: a run
+    from before the maze section resumes exactly too."""
     data = f"data.path={root / 'm7'}"
-    hardness = "data.hardness=8"  # the store's is 6: the stream's own, kept by the resumed run
+    hardness = "maze.hardness=8"  # the store's is 6: the stream's own, kept by the resumed run
     # The whole run beside the one that is killed (one thread each, own run dirs): the whole one is
     # read only after it ends, and the pair takes about the wall time of one.
     train = [sys.executable, "-m", "trmkit.cli", "train", str(root / "conv.yaml"), hardness]
@@ -148,12 +154,38 @@ def test_generated_training_resumes_exactly_after_sigkill(root):
     assert whole.returncode == 0, out + err
     assert "stream=generate" in out and "7 x 7 mazes (paths >= 8" in out
     assert 4 <= load_checkpoint(list_checkpoints(killed)[-1]).step < 10
+    as_written_before_the_maze_section(killed)
     resumed = cli("train", "--resume", str(killed))
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert "data.hardness is now maze.hardness" in resumed.stderr  # said once, for the run's config.yaml
     a, b = load_checkpoint(list_checkpoints(root / "whole")[-1]), load_checkpoint(list_checkpoints(killed)[-1])
     assert a.step == b.step == 10 and a.meta["stream"] == b.meta["stream"]
     for key in a.tensors:
         assert torch.equal(a.tensors[key], b.tensors[key]), key
+
+
+def before_the_maze_section(config: dict) -> dict:
+    """A config as Config.to_dict() wrote it when data held the maze generator's knobs."""
+    old = {name: dict(values) for name, values in config.items() if name != "maze"}
+    old["data"] = {k: v for k, v in old["data"].items() if k != "trace"}
+    old["data"].update({**dict(hardness=0, easy_share=0.5, long_share=0.0), **config.get("maze", {}),
+                        "trace": config["data"]["trace"]})
+    return old
+
+
+def as_written_before_the_maze_section(run_dir) -> None:
+    """The run's config.yaml and its checkpoints' configs (their hashes resealed) in the former spelling."""
+    config = run_dir / "config.yaml"
+    config.write_text(yaml.safe_dump(before_the_maze_section(yaml.safe_load(config.read_text())), sort_keys=False))
+    assert "\nmaze:" not in config.read_text() and "  hardness: 8\n" in config.read_text()
+    for path in list_checkpoints(run_dir):
+        meta = json.loads((path / "meta.json").read_text())
+        meta["config"] = before_the_maze_section(meta["config"])
+        meta["config_hash"] = config_hash(meta["config"])
+        body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+        meta["meta_sha256"] = hashlib.sha256(canonical_json(body).encode()).hexdigest()
+        (path / "meta.json").write_text(json.dumps(meta))
+        assert load_checkpoint(path).config["data"]["hardness"] == 8
 
 
 def load_step(path) -> int:

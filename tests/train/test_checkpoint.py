@@ -505,3 +505,33 @@ def test_a_key_added_to_the_config_later_matches_an_old_checkpoint_only_at_its_d
     assert diff_configs(with_new_defaults(old, now), now) == []
     now["model"]["puzzle_emb_dim"] = 64
     assert diff_configs(with_new_defaults(old, now), now) == ["model.puzzle_emb_dim: checkpoint <missing>, config 64"]
+
+
+def test_a_key_added_to_a_registered_section_later_matches_an_old_checkpoint_at_its_default(tmp_path):
+    """An application's section is filled from the class the resuming config holds (config.section_types)."""
+    from dataclasses import dataclass
+
+    from trmkit import config as config_mod
+    from trmkit.train.checkpoint import diff_configs, load_latest, with_new_defaults
+
+    @dataclass
+    class Toy:
+        width: int = 3
+        added: float = 0.5  # a field added after the checkpoint was written
+
+    cfg = config_mod.with_section(config_mod.Config(), "toy", Toy())
+    now, sections = cfg.to_dict(), config_mod.section_types(cfg)
+    assert sections == {"toy": Toy}
+    old = {k: dict(v) for k, v in now.items()}
+    del old["toy"]["added"]
+    assert diff_configs(with_new_defaults(old, now), now) == ["toy.added: checkpoint <missing>, config 0.5"]
+    assert diff_configs(with_new_defaults(old, now, sections), now) == []
+    del old["toy"]  # a section the checkpoint's config did not have at all, held at its defaults
+    assert diff_configs(with_new_defaults(old, now, sections), now) == []
+    changed = config_mod.with_section(cfg, "toy", Toy(added=0.25)).to_dict()
+    assert diff_configs(with_new_defaults(old, changed, sections), changed) == [  # only the key not at its default
+        "toy.added: checkpoint <missing>, config 0.25"]
+    save_checkpoint(tmp_path, 1, {"w": torch.zeros(2)}, {"config": old})  # and so a resume's check
+    assert load_latest(tmp_path, now, sections=sections).step == 1
+    with pytest.raises(ck.CheckpointError, match="toy.added: checkpoint <missing>, config 0.5"):
+        load_latest(tmp_path, now)

@@ -21,14 +21,17 @@ from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol
 
 import numpy as np
 
+from trmkit.config import Config
 from trmkit.data.generated import Sampler
 from trmkit.data.store import Split, StoreMeta
 from trmkit.data.variants import Variants
 from trmkit.tasks.options import BuildOptions, OptionsT
 from trmkit.train.scorer import Scorer
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a name for types only: importing model/ loads torch, which `trmkit --help` must not
     import torch
+
+    from trmkit.model.parts import PartsFactory
 
 SHAPES = ("grid", "classify")
 Log = Callable[[str], None]
@@ -38,10 +41,10 @@ VariantsFactory = Callable[[StoreMeta, int], Variants]  # (store meta, count) ->
 
 
 class SamplerFactory(Protocol):
-    """A task's generator for data.stream=generate, made from the store's meta and the data section's knobs."""
+    """A task's generator for data.stream=generate, made from the store's meta and the run's config, where it
+    reads its own section's knobs (the maze task's `maze:`) and data.trace."""
 
-    def __call__(self, meta: StoreMeta, easy_share: float = 0.5, long_share: float = 0.0, hardness: int = 0,
-                 trace: int = 0, trace_steps: int = 0) -> Sampler: ...
+    def __call__(self, meta: StoreMeta, cfg: Config) -> Sampler: ...
 
 
 class BeforeTraining(Protocol):
@@ -93,6 +96,7 @@ class Task(Generic[OptionsT]):
     sampler: SamplerFactory | None = None  # fresh examples at a difficulty, for data.stream=generate
     variants: VariantsFactory | None = None  # test-time symmetries (`trmkit eval --vote`)
     before_training: BeforeTraining | None = None  # e.g. fit frozen weights from the training split
+    model_parts: PartsFactory | None = None  # its pieces of the model (model/parts.py), e.g. a maze trace's fold
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:

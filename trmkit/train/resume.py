@@ -133,7 +133,8 @@ def nothing_to_train(s: Session, log: Log = print) -> str | None:
 
 def resume_if_possible(s: Session, log: Log = print) -> int | None:
     """Load the newest valid checkpoint of the run directory, if there is one."""
-    ckpt = checkpoint.load_latest(s.cfg.run.dir, s.cfg.to_dict(), ignore=RESUME_IGNORE, log=log)
+    ckpt = checkpoint.load_latest(s.cfg.run.dir, s.cfg.to_dict(), ignore=RESUME_IGNORE, log=log,
+                                  sections=config_mod.section_types(s.cfg))
     if ckpt is None:
         return None
     world = s.run.world

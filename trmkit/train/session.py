@@ -32,6 +32,7 @@ from trmkit.data.hints import MissingStore
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
+from trmkit.model.parts import PartsFactory
 from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
@@ -303,12 +304,17 @@ def plan_run(cfg: Config, local: Config, hw: HardwareInfo, world: World, meter: 
     return plan
 
 
-def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log
+def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log, parts: PartsFactory | None = None
                 ) -> tuple[TRM, Optimizers, TrainState, Callable | None]:
-    """Seed, then model, optimizers, compiled net and slot state, in the order of their random draws."""
+    """Seed, then model (with the task's parts), optimizers, compiled net and slot state, in the order of
+    their random draws."""
     seed_everything(cfg.run.seed)
     device = plan.torch_device()
-    model = TRM(cfg.model).to(device)
+    model = TRM(cfg.model, parts(cfg.model) if parts is not None else ()).to(device)
+    if model.extra_outputs != len(cfg.model.trace_ids):
+        raise ConfigError(f"model.trace_answers={cfg.model.trace_answers!r}: a model trained on a trace folds "
+                          f"its {len(cfg.model.trace_ids)} trace outputs with its task's model part, and the "
+                          f"store's task gives {model.extra_outputs} (a maze trace needs the maze task's)")
     log(f"model: {model.num_parameters():,} trainable parameters "
         f"(mixer={cfg.model.mixer}, D={cfg.model.hidden_size}, layers={cfg.model.L_layers}, "
         f"T={cfg.model.H_cycles}, n={cfg.model.L_cycles}, N_sup={cfg.model.halt_max_steps})")
@@ -388,10 +394,7 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[...
     if sampler is None:
         raise ConfigError(f"data.stream=generate: the {meta.task} task has no generator (mazes have one); "
                           "set data.stream=store")
-    stream = GeneratedStream(sampler(meta, easy_share=cfg.data.easy_share, long_share=cfg.data.long_share,
-                                     hardness=cfg.data.hardness, trace=cfg.data.trace,
-                                     trace_steps=cfg.model.halt_max_steps), cfg.run.seed, world.rank, world.size,
-                             cfg.data.curriculum_samples)
+    stream = GeneratedStream(sampler(meta, cfg), cfg.run.seed, world.rank, world.size, cfg.data.curriculum_samples)
     ramp = (f"a curriculum over {cfg.data.curriculum_samples:,} samples: {stream.describe(0.0)} -> "
             f"{stream.describe(1.0)}" if cfg.data.curriculum_samples else stream.describe(1.0))
     log(f"data: stream=generate -> every training sample fresh from the {meta.task} generator (seed "
@@ -422,7 +425,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
             objective: Objective | None = None, world: World = SINGLE,
             sampler: Callable[..., Sampler] | None = None,
-            before_training: Callable[..., None] | None = None) -> Session:
+            before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -431,11 +434,11 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     objective: a workload that makes its own batches (no store; train/objective.py).
     world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
     the global batch, each process holds its share of the slots.
-    sampler: the task's generator (data.stream=generate): (store meta, easy_share=, long_share=, hardness=, trace=,
-    trace_steps=) -> one example at a difficulty.
+    sampler: the task's generator (data.stream=generate): (store meta, cfg) -> one example at a difficulty; the
+    task reads its own knobs from cfg (the maze task's section `maze:`).
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
-    its checkpoint after it."""
+    its checkpoint after it. parts: the task's pieces of the model (model/parts.py)."""
     started, meter = time.perf_counter(), meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
@@ -448,7 +451,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     plan = plan_run(cfg, local, hw, world, meter, {} if evaluate_only else saved, log, cache_dir)
     with meter.phase("setup"):
         slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
-        model, opts, state, net = build_model(cfg, plan, slots, world, log)
+        model, opts, state, net = build_model(cfg, plan, slots, world, log, parts)
     guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
     if guard is not None:

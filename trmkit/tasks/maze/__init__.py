@@ -32,10 +32,12 @@ cells (a different one than the label's counts), and ``other_shortest_paths``
 says how many of those differ from the label.
 
 Rooms: generate.py (carve, shortest paths), data.py (text, checks, the CSV importer), build.py
-(`trmkit data maze`), sampler.py (fresh mazes with a curriculum, data.stream=generate),
+(`trmkit data maze`), sampler.py (fresh mazes with a curriculum, data.stream=generate), config.py (its
+config section `maze:`: the generator's knobs),
 score.py (valid paths, path precision / recall, the loss against the base-rate bound),
-variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`), text.py (mazes and routes as
-`trmkit predict` reads and writes them), task.py (the `trmkit data maze` options, the learning-curve
+variants.py (the 8 symmetries a test-time vote runs, `trmkit eval --vote`), fold.py (a trace model's
+answer fold, the task's model part), text.py (mazes and routes as `trmkit predict` reads and writes
+them), task.py (the `trmkit data maze` options, the learning-curve
 set and TASK, as sudoku/ and arc/ declare theirs).
 """
 

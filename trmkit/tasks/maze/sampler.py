@@ -1,14 +1,14 @@
 """Fresh mazes at every step (data.stream=generate), with a size and path-length curriculum.
 
 The store's meta.json gives the canvas (N x N, the grid the model reads), the loops and the hardness
-(min_path; data.hardness sets another for training, the held-out split keeping the store's). At
+(min_path; maze.hardness sets another for training, the held-out split keeping the store's). At
 curriculum position q (data.curriculum_samples; 1 without one) a maze is n x n, n going up in odd
 steps from the smallest stage to N (9 -> 11 -> 13 -> 15 on a 15 x 15 canvas), drawn inside the
 canvas at a random place with walls around it (walls are given cells: no loss with train.mask_given,
 and a convolution sees no positions, so a 9 x 9 maze in a corner is simply a 9 x 9 maze). Its
 shortest path is at least the stage's hardness, Maze-Hard's 110 on 30 x 30 scaled by area; as in the
-store's own curriculum (--train-min-path), a share of the mazes (data.easy_share, half by default)
-is easier, with a path of t..t+2 steps for t uniform up to that hardness. With data.long_share a
+store's own curriculum (--train-min-path), a share of the mazes (maze.easy_share, half by default)
+is easier, with a path of t..t+2 steps for t uniform up to that hardness. With maze.long_share a
 share of the hard ones is instead a perfect maze (no loops) whose path is at least twice the
 hardness: longer routes than loops allow in the same grid (measured: no help on larger mazes,
 docs/results.md). Each maze gets a random symmetry of the square. With data.trace=r
@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from trmkit.config import ConfigError
+from trmkit.config import Config, ConfigError
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import dihedral
+from trmkit.tasks.maze.config import maze_config
 from trmkit.tasks.maze.generate import WALL, default_min_path, generate_within
 from trmkit.tasks.maze.trace import TRACE_TOKENS, trace_labels
 
@@ -52,11 +53,11 @@ class MazeSampler:
             self._check_reachable()
 
     def _check_reachable(self) -> None:
-        """data.hardness: one maze of that path on the canvas, or a clear error before training starts."""
+        """maze.hardness: one maze of that path on the canvas, or a clear error before training starts."""
         try:
             generate_within(self.canvas, np.random.default_rng(0), self.loops, self.hardness)
         except ValueError as err:
-            raise ConfigError(f"data.hardness={self.hardness}: {err}; lower data.hardness (0: the store's "
+            raise ConfigError(f"maze.hardness={self.hardness}: {err}; lower maze.hardness (0: the store's "
                               f"hardness) or train on a larger grid") from None
 
     def size_at(self, progress: float) -> int:
@@ -97,3 +98,18 @@ class MazeSampler:
         canvas = np.full((self.canvas, self.canvas), WALL, dtype=grid.dtype)
         canvas[at[0]:at[0] + grid.shape[0], at[1]:at[1] + grid.shape[1]] = grid
         return canvas
+
+
+class MazeSamplerFactory:
+    """The maze task's generator for a run (Task.sampler): its knobs from the config's `maze:` section, the
+    trace from data.trace (a label per supervision step: model.halt_max_steps of them)."""
+
+    trace_tokens = TRACE_TOKENS  # read by the trainer before any sampler exists (session.trace_outputs)
+
+    def __call__(self, meta: StoreMeta, cfg: Config) -> MazeSampler:
+        knobs = maze_config(cfg)
+        return MazeSampler(meta, easy_share=knobs.easy_share, long_share=knobs.long_share, hardness=knobs.hardness,
+                           trace=cfg.data.trace, trace_steps=cfg.model.halt_max_steps)
+
+
+maze_sampler = MazeSamplerFactory()

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trmkit.tasks.base import Log, Task
 from trmkit.tasks.maze.build import build
 from trmkit.tasks.maze.generate import default_min_path
-from trmkit.tasks.maze.sampler import MazeSampler
+from trmkit.tasks.maze.sampler import maze_sampler
 from trmkit.tasks.maze.score import MazeScorer
 from trmkit.tasks.maze.variants import maze_variants
 from trmkit.tasks.options import BuildOptions, option
+
+if TYPE_CHECKING:
+    from trmkit.config import ModelConfig
+    from trmkit.model.parts import Part
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,11 +90,20 @@ class MazeLearnSet:
         return out["counts"]["train"] // (self.aug + 1), out["counts"]["test"]
 
 
+
+def model_parts(cfg: ModelConfig) -> tuple[Part, ...]:
+    """The maze task's model parts (fold.py), imported when a model is built: model/ loads torch, which
+    `trmkit data` and `--help` must not."""
+    from trmkit.tasks.maze import fold
+
+    return fold.model_parts(cfg)
+
+
 TASK = Task(
     name="maze", shape="grid",
     summary="shortest paths through N x N mazes (generated, or Maze-Hard CSV files)",
-    options=MazeOptions, build=run_build, scorer=MazeScorer, sampler=MazeSampler,
-    variants=maze_variants,
+    options=MazeOptions, build=run_build, scorer=MazeScorer, sampler=maze_sampler,
+    variants=maze_variants, model_parts=model_parts,
     presets={"paper": "configs/maze-paper.yaml", "laptop": "configs/maze-laptop.yaml"},
     learn_set=MazeLearnSet(),
 )

@@ -4,12 +4,14 @@ compared with the config of a run that resumes it.
 `config_hash` is a stable short hash of the sorted-keys JSON (stored in meta.json);
 `check_config` refuses to resume when the configs differ outside the keys a resume may change,
 naming every differing dotted key; `with_new_defaults` lets a checkpoint written before a
-config key existed match a config that holds that key at its default. `canonical_json`
+config key existed (in a generic section or an application's) or before it moved to another section
+match a config that holds that key at its default, or under its current name. `canonical_json`
 (sorted keys, no spaces) is also what meta.json's own SHA-256 is computed over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trmkit.config import Config
+from trmkit.config import GENERIC_SECTIONS
+from trmkit.names import with_current_keys
 from trmkit.train.checkpoint.errors import CheckpointError
 
 
@@ -112,26 +115,35 @@ def diff_configs(
 
 def check_config(
     ckpt: LoadedCheckpoint, expected_config: Mapping[str, Any], ignore: Iterable[str] = (),
+    sections: Mapping[str, type] | None = None,
 ) -> None:
-    """Raise CheckpointError naming every differing dotted key that is not ignored."""
+    """Raise CheckpointError naming every differing dotted key that is not ignored. sections: the
+    application sections' classes the expected config holds (`config.section_types`), for their defaults."""
     stored = ckpt.config
     if not isinstance(stored, Mapping):
         raise CheckpointError(f"{ckpt.path}: checkpoint has no stored config to compare with")
-    diffs = diff_configs(with_new_defaults(stored, expected_config), expected_config, ignore=ignore)
+    diffs = diff_configs(with_new_defaults(stored, expected_config, sections), expected_config, ignore=ignore)
     if diffs:
         raise CheckpointError(
             f"config differs from checkpoint {ckpt.path}:\n  " + "\n  ".join(diffs)
             + "\nResume with the checkpoint's config, or start a new run directory.")
 
 
-def with_new_defaults(stored: Mapping[str, Any], expected: Mapping[str, Any]) -> dict[str, Any]:
-    """A checkpoint's config with the keys added to Config since it was written, where the expected
-    config holds them at their defaults (e.g. model.puzzle_emb_dim: 0 behaves as before the key existed)."""
-    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in stored.items()}
-    for section, values in Config().to_dict().items():
-        if not isinstance(out.get(section), dict) or not isinstance(expected.get(section), Mapping):
+def with_new_defaults(stored: Mapping[str, Any], expected: Mapping[str, Any],
+                      sections: Mapping[str, type] | None = None) -> dict[str, Any]:
+    """A checkpoint's config as the current code spells it: keys that moved to another section under their
+    current names (`names.with_current_keys`: data.hardness -> maze.hardness), and the keys added since it
+    was written, in the generic sections and in `sections` (an application's: name -> dataclass), where the
+    expected config holds them at their defaults (e.g. model.puzzle_emb_dim: 0 behaves as before the key
+    existed). A whole section missing from the checkpoint is filled the same way, key by key."""
+    out = with_current_keys(stored)
+    for name, cls in {**GENERIC_SECTIONS, **(sections or {})}.items():
+        theirs, ours = expected.get(name), out.get(name, {})
+        if not isinstance(theirs, Mapping) or not isinstance(ours, dict):
             continue
-        for key, value in values.items():
-            if key not in out[section] and expected[section].get(key, object()) == value:
-                out[section][key] = value
+        for key, value in dataclasses.asdict(cls()).items():
+            if key not in ours and theirs.get(key, object()) == value:
+                ours[key] = value
+        if ours:
+            out[name] = ours
     return out

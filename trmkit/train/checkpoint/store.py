@@ -345,11 +345,13 @@ def load_latest(
     expected_config: Mapping[str, Any] | None = None,
     ignore: Iterable[str] = (),
     log: Callable[[str], None] = print,
+    sections: Mapping[str, type] | None = None,
 ) -> LoadedCheckpoint | None:
     """Newest checkpoint that verifies, falling back past damaged ones.
 
     Returns None when the run has no checkpoints; raises CheckpointError when all
-    are damaged or when ``expected_config`` differs outside ``ignore``.
+    are damaged or when ``expected_config`` differs outside ``ignore`` (``sections``: the
+    classes of its application sections, whose keys added since are filled with their defaults).
     """
     paths = list_checkpoints(run_dir)
     problems = []
@@ -361,7 +363,7 @@ def load_latest(
             log(f"checkpoint: skipping damaged {path.name}: {e}")
             continue
         if expected_config is not None:
-            check_config(ckpt, expected_config, ignore)
+            check_config(ckpt, expected_config, ignore, sections)
         return ckpt
     if not paths:
         return None
