@@ -5,7 +5,8 @@
 # on generated held-out sets of 11, 15, 21, 30, 45 and 61 cells a side (hardness scaled as `trmkit data
 # maze` does by default: paths >= 15 / 28 / 54 / 110 / 165 / 224 steps; past 30 x 30 the generator keeps
 # mazes with tied shortest routes, and any shortest route counts). The sets' seeds are apart from
-# training's stream and from each other. A run directory that exists is not trained again, only read.
+# training's stream and from each other. A finished run directory (summary.json) is not trained again, only
+# read; a killed one is finished first (--resume from its last checkpoint, or afresh with --force before one).
 # Usage: bash benchmarks/maze_trace.sh [RUN_DIR]        (default runs/maze-trace-<stamp>)
 #        MINUTES=60 THREADS=2 SIZES="15 30 61" bash benchmarks/maze_trace.sh runs/mt
 #        EXTRA="data.trace=6" bash benchmarks/maze_trace.sh runs/mt6       (a lever: overrides for training)
@@ -22,9 +23,12 @@ for n in 11 $SIZES; do
   num=100; [ "$n" -le 15 ] && num=500; [ "$n" -gt 50 ] && num=50
   [ -d "data/maze-$n" ] || $TRMKIT data maze --size "$n" --num "$num" --test-fraction 1 --seed "$n" --out "data/maze-$n"
 done
-if [ ! -d "$RUN" ]; then
-  $TRMKIT train configs/maze-trace.yaml --minutes "$MINUTES" run.dir="$RUN" run.threads="$THREADS" "${extra[@]}" \
-    > "$RUN.log" 2>&1
+if [ ! -f "$RUN/summary.json" ]; then
+  again=()
+  if compgen -G "$RUN/checkpoints/step-*" > /dev/null; then again=(--resume "$RUN")
+  elif [ -d "$RUN" ]; then again=(--force); fi
+  $TRMKIT train configs/maze-trace.yaml "${again[@]}" --minutes "$MINUTES" run.dir="$RUN" run.threads="$THREADS" \
+    "${extra[@]}" >> "$RUN.log" 2>&1
 fi
 for n in $SIZES; do
   start=$(date +%s)

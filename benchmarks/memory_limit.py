@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_all(out: Path, wanted: list[str], src: str | None) -> dict:
     from trmkit.tasks.sudoku.build import build_sudoku
 
-    build_sudoku("generate", out / "data", num_generate=60, givens="40-45", seed=0, log=lambda m: None)
+    # its own scratch store: a rerun with --keep DIR builds the same one again over it
+    build_sudoku("generate", out / "data", num_generate=60, givens="40-45", seed=0, force=True, log=lambda m: None)
     (out / "cfg.yaml").write_text(CONFIG)
     base = [str(out / "cfg.yaml"), f"data.path={out / 'data'}"]
     cgroup, why_not = find_cgroup_root()

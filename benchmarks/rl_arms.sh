@@ -26,7 +26,9 @@ arm() {  # NAME SEED OVERRIDES COMMAND: train, then score the last (and the best
   local name=$1 s=$2 D="$OUT/seed$2/$1" last
   mkdir -p "$OUT/seed$s"
   IFS=, read -r -a over <<< "$3"
-  local again=(); [ -d "$D/checkpoints" ] && again=(--resume "$D")  # a rerun continues a killed arm
+  local again=()  # a rerun continues a killed arm: --resume from a saved checkpoint, else afresh with --force
+  if compgen -G "$D/checkpoints/step-*" > /dev/null; then again=(--resume "$D")
+  elif [ -d "$D" ]; then again=(--force); fi
   [ -f "$D/weights.safetensors" ] || $TRMKIT rl "${4:-train}" $CFG "${again[@]}" --init "$FROM/seed$s/seed" run.seed="$s" \
     run.threads=1 train.max_minutes="${RL_MINUTES:-30}" "${EXTRA[@]}" "${over[@]}" run.dir="$D" > "$D.log" 2>&1
   last=$(find "$D/checkpoints" -maxdepth 1 -name 'step-*' | sort | tail -1 | sed 's/.*step-0*//')

@@ -23,8 +23,9 @@ read -r -a EXTRA <<< "${EXTRA:-}"
 THREADS=$([ "${PARALLEL:-0}" = 1 ] && echo 1 || echo 0)
 mkdir -p "$OUT"
 
-again() {  # --resume RUN when RUN holds checkpoints: a rerun continues a killed run (never done unasked)
-  if [ -d "$1/checkpoints" ]; then echo "--resume $1"; fi
+again() {  # a rerun continues a killed run (never done unasked): --resume RUN from a saved checkpoint; a run
+  # killed before its first save (no checkpoints/step-*, or only a half-written .tmp- one) starts afresh: --force
+  if compgen -G "$1/checkpoints/step-*" > /dev/null; then echo "--resume $1"; elif [ -d "$1" ]; then echo "--force"; fi
 }
 two_at_a_time() {  # run the given commands (one per argument, as strings), two at once with PARALLEL=1
   local pids=()

@@ -50,7 +50,10 @@ pids=()
 for arm in $ARMS; do
   extra=()
   [ "$arm" = curriculum ] && extra=(data.stream=curriculum data.curriculum_samples="$HALF")
-  [ -d "$OUT/$arm/checkpoints" ] && extra+=(--resume "$OUT/$arm")  # a rerun continues an arm (train never does unasked)
+  # a rerun continues an arm (train never does unasked): --resume from a saved checkpoint; an arm killed before
+  # its first save (no checkpoints/step-*, or only a half-written .tmp- one) starts afresh with --force
+  if compgen -G "$OUT/$arm/checkpoints/step-*" > /dev/null; then extra+=(--resume "$OUT/$arm")
+  elif [ -d "$OUT/$arm" ]; then extra+=(--force); fi
   # shellcheck disable=SC2086
   $TRMKIT train "$CFG" "${COMMON[@]}" "${extra[@]}" $EXTRA run.dir="$OUT/$arm" > "$OUT/$arm.log" 2>&1 &
   pids+=($!)

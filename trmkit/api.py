@@ -181,9 +181,10 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     from trmkit.train import evaluate as evaluate_mod
     from trmkit.train import testtime
     from trmkit.train.finish import memory_summary
+    from trmkit.train.resume import check_evaluable
     from trmkit.train.session import prepare
 
-    run_dir = load(run.dir if isinstance(run, Run) else run).dir
+    run_dir = check_evaluable(load(run.dir if isinstance(run, Run) else run).dir, "eval")  # not an RL run
     extra = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else []) + as_overrides(overrides)
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra)
     counts, auto, step_list, n_select = _eval_arguments(run_dir, steps, vote, pool, checkpoint, select, select_from)
@@ -395,7 +396,11 @@ def build_data(task: str, out: str | Path, log: Log = print, **options: Any) -> 
 
 def build_store(task: Task, options: BuildOptions, log: Log = print) -> None:
     """Run a task's builder on its options, after checking that the store would not be written over (or into)
-    its own source, nor over an existing store without --force."""
+    its own source, nor over an existing store without --force.
+
+    A builder says what is wrong with its options or its source by raising a ValueError with the fix in its
+    message (a ConfigError is one): that becomes a ConfigError, one line at the CLI. A missing or unreadable
+    source file is an OSError, which keeps its type: the CLI's top level (errors.py) names the file in one line."""
     from trmkit.data.store import check_new_store, is_store_dir
     from trmkit.files import check_output
 
@@ -405,10 +410,15 @@ def build_store(task: Task, options: BuildOptions, log: Log = print) -> None:
         if any(Path(s).exists() for s in sources):
             check_output(options.out, [s for s in sources if Path(s).exists()])
         check_new_store(options.out, force=options.force)
-        if options.force and is_store_dir(Path(options.out)):
-            log(f"data: --force -> the store at {options.out} is replaced once the new one is written")
+    except (ValueError, OSError) as err:  # FileExistsError, UnsafeTargetError: the refusals, with their fix
+        raise ConfigError(str(err)) from err
+    if options.force and is_store_dir(Path(options.out)):
+        log(f"data: --force -> the store at {options.out} is replaced once the new one is written")
+    try:
         task.build(options, log)
-    except (ValueError, FileExistsError, OSError) as err:
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
         raise ConfigError(str(err)) from err
 
 

@@ -50,7 +50,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "holds a run is never resumed without it)")
     p.add_argument("--force", action="store_true",
                    help="start afresh in a run.dir that already holds a run: its checkpoints, weights, summary, "
-                        "metrics and report are deleted first (other files there stay)")
+                        "metrics and report are deleted once the new run is checked, before it writes (other "
+                        "files there stay)")
     p.add_argument("--memory-budget", default=None,
                    help="peak memory the run may use: 6GB, 6GiB, 512MB (overrides run.memory_budget); "
                         "with several processes on one machine, theirs together")
@@ -342,7 +343,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=0.1, help="relative change allowed by --compare")
     p.add_argument("--save", metavar="OUT.json", default=None, help="write the result as a baseline (over an earlier "
                                                                        "one; over another file only with --force)")
-    p.add_argument("--force", action="store_true", help="let --save replace a file that is not a saved result")
+    p.add_argument("--force", action="store_true", help="let --save replace a file that is not a saved result, "
+                                                        "and --keep write into a folder that holds a run")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the MB-per-slot probe (two fresh processes, two steps each)")
     p.add_argument("--memory-budget", default=None,
@@ -368,7 +370,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="with --learn: the task whose fixed set is measured (default sudoku; maze: 10,000 + 500 "
                         "generated 15 x 15 mazes with shortest paths >= 28 steps, x8 symmetries)")
     p.add_argument("--keep", metavar="DIR", default=None,
-                   help="with --learn: write the final weights and config to DIR, a run directory for `trmkit eval`")
+                   help="with --learn: write the final weights and config to DIR, a run directory for `trmkit eval` "
+                        "(not into a folder that holds a trained run, unless --force)")
     p.add_argument("--target", metavar="METRIC=VALUE", default=None,
                    help="with --learn: stop at the first evaluation where METRIC reaches VALUE and report the "
                         "training minutes and steps it took, e.g. exact_accuracy=0.825")
@@ -402,7 +405,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         points = learn.learning_curve(cfg, hardware.probe(), args.learn, learn.parse_every(args.every),
                                       args.data_dir, log=log, cache_dir=_cache_dir(),
                                       schedule=args.schedule or "budget", task=registry.get(args.task or "sudoku"),
-                                      keep=args.keep, target=target)
+                                      keep=args.keep, target=target, force=args.force)
         print(json.dumps(learn.to_json(points), indent=2) if args.json else "\n".join(learn.format_table(points)))
         if target is not None:
             log(learn.time_to_target(points, target))

@@ -66,6 +66,7 @@ from trmkit.tasks.sudoku import SudokuLearnSet
 from trmkit.train import depth, evaluate, session
 from trmkit.train.finish import save_weights
 from trmkit.train.hooks import Hooks
+from trmkit.train.resume import describe_run, holds_run
 from trmkit.train.run import run
 from trmkit.train.timefit import TimeFit
 
@@ -169,16 +170,20 @@ class Point:
 def learning_curve(cfg: Config, hw: HardwareInfo, minutes: float, every: float | list[float] | None = None,
                    data_dir: str | Path | None = None, spec=None, log: Log = print,
                    cache_dir: Path | None = None, schedule: str = "budget", task: Task = sudoku.TASK,
-                   keep: str | Path | None = None, target: tuple[str, float] | None = None) -> list[Point]:
+                   keep: str | Path | None = None, target: tuple[str, float] | None = None,
+                   force: bool = False) -> list[Point]:
     """Train cfg for `minutes` of training time on the task's fixed set (Sudoku: FIXED_SET); evaluate at each mark.
 
     `task`: the Task whose set is measured and whose scorer adds its metrics (the CLI looks it up by name).
-    `keep`: a folder that receives the final weights and config, a run directory `trmkit eval` reads.
+    `keep`: a folder that receives the final weights and config, a run directory `trmkit eval` reads; one
+    that holds a run is refused unless `force` (check_keep).
     `target`: (metric, value): training stops at the first evaluation that reaches it (the lr schedule
     is still the budget's, so the time is that of the budget's recipe)."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule}: choose one of {', '.join(SCHEDULES)}")
     points_at, spec = marks(minutes, every), spec or learn_set(task)
+    if keep is not None:
+        check_keep(Path(keep), force)  # before the set is built and the minutes are spent
     data_dir = data_dir or spec.default_dir
     ensure_dataset(spec, data_dir, log)
     cfg = config_mod.replace(cfg, "data", path=str(data_dir), eval_limit=0)
@@ -203,6 +208,20 @@ def curve_config(cfg: Config, minutes: float, run_dir: str, log: Log) -> Config:
     cfg = config_mod.replace(cfg, "run", dir=run_dir)
     return config_mod.replace(cfg, "train", max_minutes=minutes, eval_every=0, checkpoint_every=0,
                               checkpoint_minutes=0.0, fit_to_time=False)
+
+
+# The files a run writes that --keep never does: a folder holding one of them holds a trained run.
+RUN_ONLY = (rundir.METRICS, rundir.SUMMARY, rundir.PLAN, rundir.DATA_META, rundir.CHECKPOINTS)
+
+
+def check_keep(folder: Path, force: bool = False) -> None:
+    """--keep DIR: refuse a folder that holds a run (a trained run's weights would be replaced by the curve's)
+    unless `force`; one that only an earlier --keep wrote (config and weights, nothing else of a run) is this
+    command's own output and is replaced."""
+    if force or not holds_run(folder) or not any(rundir.path(folder, name).exists() for name in RUN_ONLY):
+        return
+    raise ConfigError(f"--keep {folder} holds a run ({describe_run(folder)}): its config and weights would be "
+                      "replaced by the curve's; give another --keep DIR, or add --force to replace them")
 
 
 def keep_run(s: session.Session, run_dir: Path, log: Log) -> None:

@@ -105,7 +105,7 @@ def test_refuses_to_overwrite_other_directory(tmp_path: Path) -> None:
 
 
 def test_rewrite_replaces_store_and_leaves_no_siblings(root: Path) -> None:
-    write_store(root, {"train": toy_split(seq_len=6)}, toy_meta())
+    write_store(root, {"train": toy_split(seq_len=6)}, toy_meta(), force=True)
     assert sorted(p.name for p in root.iterdir()) == ["train"]
     assert open_split(root / "train").meta.seq_len == 6
     assert [p.name for p in root.parent.iterdir()] == ["ds"]
@@ -128,7 +128,7 @@ def test_failed_build_leaves_nothing(tmp_path: Path, root: Path, monkeypatch: py
     assert not fresh.exists()
     calls.clear()
     with pytest.raises(OSError, match="simulated"):
-        write_store(root, {"train": toy_split(seq_len=6), "test": toy_split()}, toy_meta())
+        write_store(root, {"train": toy_split(seq_len=6), "test": toy_split()}, toy_meta(), force=True)
     assert open_split(root / "train").meta.seq_len == 4  # the old store is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no temporary directories
 

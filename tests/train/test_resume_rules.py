@@ -138,7 +138,7 @@ def test_a_changed_store_is_refused_on_resume_and_eval_naming_the_split(root, ca
     assert train(root, run) == 0
     capsys.readouterr()
     build_sudoku("generate", root / "data", num_generate=20, givens="40-45", test_fraction=0.25,
-                 aug=1, seed=6, log=lambda m: None)  # rebuilt in place with other settings
+                 aug=1, seed=6, force=True, log=lambda m: None)  # rebuilt in place with other settings
     assert cli.main(["train", "--resume", str(run), "train.max_steps=4"]) == 2
     err = capsys.readouterr().err
     assert "the store changed since run" in err and "split test had 3 examples, now 5" in err, err
@@ -152,7 +152,7 @@ def test_a_store_rebuilt_with_the_same_counts_is_refused_by_its_fingerprint(root
     run = root / "run"
     assert train(root, run) == 0
     build_sudoku("generate", root / "data", num_generate=12, givens="40-45", test_fraction=0.25,
-                 aug=1, seed=7, log=lambda m: None)
+                 aug=1, seed=7, force=True, log=lambda m: None)
     capsys.readouterr()
     assert cli.main(["eval", str(run)]) == 2
     assert "has other contents" in capsys.readouterr().err

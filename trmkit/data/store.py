@@ -194,6 +194,7 @@ def write_store(
     splits: Mapping[str, SplitArrays],
     meta: Mapping[str, Any],
     extras: Mapping[str, Mapping[str, Any]] | None = None,
+    force: bool = False,
 ) -> Path:
     """Write every split of a dataset to ``out_dir`` all-or-nothing.
 
@@ -205,11 +206,12 @@ def write_store(
     swap, so arrays never pair with a stale sidecar. Everything is written
     and fsynced in a hidden sibling directory that is renamed into place at
     the end, so a failure leaves no partial store. An existing store is
-    replaced (old one renamed aside, new one renamed in, old one deleted);
-    any other existing directory or file is refused.
+    replaced only with ``force`` (old one renamed aside, new one renamed in,
+    old one deleted), so no builder replaces one unasked; any other existing
+    directory or file is refused (:func:`check_new_store`).
     """
     out = Path(out_dir)
-    check_output_dir(out)
+    check_new_store(out, force)
     _check_builder_meta(meta)
     if not splits:
         raise ValueError("write_store needs at least one split")

@@ -36,7 +36,8 @@ def add_arguments(sub) -> None:
                    help="write --out NEW_STORE: the answered messages moved to train/ with their labels")
     s.add_argument("--out", default=None, help="with --apply: the new store's folder")
     s.add_argument("--force", action="store_true", help="let --csv-out replace an existing file that is not an "
-                                                        "earlier proposals CSV")
+                                                        "earlier proposals CSV, and --apply replace the store "
+                                                        "already at --out")
 
 
 def run(args: argparse.Namespace, read=None) -> int:
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace, read=None) -> int:
     print(f"label: {len(pool.records)} unlabelled messages, {len(label.answered(answers))} answered in {path}; "
           f"proposals: {label.RULE} (refitted every {label.REFIT_EVERY} answers)")
     if args.apply:
-        return _label_apply(pool, answers, path, args.out)
+        return _label_apply(pool, answers, path, args.out, args.force)
     if args.answers:
         label_ask.read_csv(pool, answers, Path(args.answers), path)
     elif args.csv_out:
@@ -76,12 +77,12 @@ def run(args: argparse.Namespace, read=None) -> int:
     return 0
 
 
-def _label_apply(pool, answers: list, path: Path, out: str) -> int:
+def _label_apply(pool, answers: list, path: Path, out: str, force: bool = False) -> int:
     from trmkit.email.label_store import apply_answers
 
     target = _guard(out, [pool.store, path])
     try:
-        apply_answers(pool, answers, path, target)
+        apply_answers(pool, answers, path, target, force=force)
     except (ValueError, FileExistsError) as err:
         raise ConfigError(str(err)) from err
     return 0

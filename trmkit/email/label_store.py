@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trmkit.data.store import ARRAY_NAMES, META_FILE, SplitArrays, open_store, write_store
+from trmkit.data.store import ARRAY_NAMES, META_FILE, SplitArrays, check_new_store, open_store, write_store
 from trmkit.email.fewlabels import UNLABELLED
 from trmkit.email.label import Log, Pool, labelled_answers
 from trmkit.email.task import MESSAGES_FILE
@@ -52,8 +52,11 @@ def moved_splits(pool: Pool, given: dict[int, int]) -> tuple[SplitArrays, SplitA
     return train_arrays, rest, old + new, [pool.records[r] for r in kept]
 
 
-def apply_answers(pool: Pool, answers: list[dict], answers_file: Path, out: Path, log: Log = print) -> Path:
-    """Write NEW_STORE (`out`): the answered messages labelled in train/, the rest still in unlabelled/."""
+def apply_answers(pool: Pool, answers: list[dict], answers_file: Path, out: Path, log: Log = print,
+                  force: bool = False) -> Path:
+    """Write NEW_STORE (`out`): the answered messages labelled in train/, the rest still in unlabelled/. A store
+    already at `out` is replaced only with `force` (`--force`)."""
+    check_new_store(out, force)
     given = labelled_answers(pool, answers, log)
     if not given:
         raise ValueError(f"{answers_file}: no answer names a class yet: label some messages first "
@@ -76,7 +79,7 @@ def apply_answers(pool: Pool, answers: list[dict], answers_file: Path, out: Path
     few.update(labelled=dict(sorted(Counter(r["label"] for r in train_records).items())),
                unlabelled=len(rest_records), answered=dict(sorted(per_class.items())), answers=str(answers_file))
     meta["build"] = {**meta["build"], "keep_labels": few}
-    write_store(out, splits, meta, extras=extras)
+    write_store(out, splits, meta, extras=extras, force=force)
     log(f"label: wrote {out}: train {len(train_records)} messages ({len(given)} answered: "
         + ", ".join(f"{c} {n}" for c, n in sorted(per_class.items())) + f"), unlabelled {len(rest_records)}; "
         f"train on it with\n  trmkit train configs/email-fast.yaml data.path={out}")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trmkit.data.store import META_FILE, SplitArrays, check_output_dir, open_split, read_meta, write_store
+from trmkit.data.store import META_FILE, SplitArrays, check_new_store, open_split, read_meta, write_store
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.fewlabels import UNLABELLED
 from trmkit.email.tokenizer import SPECIALS, TOKENIZER_FILE, UNK_ID
@@ -61,14 +61,16 @@ class PretrainOptions(BuildOptions):
 
 
 def run_build(opts: PretrainOptions, log: Log = print) -> Path:
-    check_output_dir(opts.out)
+    check_new_store(opts.out, opts.force)
     return build(Path(opts.source), opts.out, copies=opts.copies, mask_share=opts.mask,
-                 bag_drop=opts.bag_drop, held_out=opts.held_out, seed=opts.seed, log=log)
+                 bag_drop=opts.bag_drop, held_out=opts.held_out, seed=opts.seed, force=opts.force, log=log)
 
 
 def build(source: Path, out: Path, copies: int = COPIES, mask_share: float = MASK_SHARE,
-          bag_drop: float = BAG_DROP, held_out: int = HELD_OUT, seed: int = 0, log: Log = print) -> Path:
-    """Write the masked-token store of `source` (an e-mail store) at `out`; returns `out`."""
+          bag_drop: float = BAG_DROP, held_out: int = HELD_OUT, seed: int = 0, force: bool = False,
+          log: Log = print) -> Path:
+    """Write the masked-token store of `source` (an e-mail store) at `out` (a store already there only with
+    `force`); returns `out`."""
     check_settings(copies, mask_share, bag_drop, held_out)
     rows, meta, counts = read_rows(source)
     tokens = meta.seq_len - meta.pooled_positions  # the mixer's positions; the bag after them
@@ -92,7 +94,7 @@ def build(source: Path, out: Path, copies: int = COPIES, mask_share: float = MAS
                   "answer_vocab": token_vocab(source, meta),
                   "pad_id": meta.pad_id, "ignore_label_id": meta.pad_id, "blank_id": None,
                   "num_puzzle_identifiers": 1, "source": str(source), "build": build_meta}
-    write_store(out, splits, store_meta)
+    write_store(out, splits, store_meta, force=force)
     log(f"wrote {out}: {len(train_rows)} messages x {copies} masked copies to train on, {test_n} held out "
         f"(read {', '.join(f'{k} {v}' for k, v in counts.items())}, never test, no label; "
         f"{build_meta['no_content_token']} without a content token left out); {mask_share:.0%} of each row's "

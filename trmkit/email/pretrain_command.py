@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     elif rundir.is_run_dir(run_dir):
         raise ConfigError(f"{run_dir} is a run directory without checkpoints (finished or stopped before its first "
                           "save): give another --run-dir, or remove it yourself")
-    cfg = load_for_run(args.config, extra + ([] if resume else [f"run.dir={run_dir}"]), resume, CONFIG)
+    cfg = load_for_run(None if resume else args.config, extra + ([] if resume else [f"run.dir={run_dir}"]), resume,
+                       CONFIG, command="email pretrain")  # a resumed run keeps its own config.yaml
     result = train(cfg, hardware.probe(), cache_dir=args.cache_dir, resume=bool(resume), is_tty=sys.stdout.isatty())
     if result.get("stopped"):  # saved; the same command resumes it
         return int(result["exit_code"])

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from trmkit.data.imports import ImportReport
-from trmkit.data.store import Split, SplitArrays, check_output_dir, write_store
+from trmkit.data.store import Split, SplitArrays, check_new_store, write_store
 from trmkit.email.bag import BAG_FILE, Bag, bag_text
 from trmkit.email.encode import clip_body, encode_messages, message_fields
 from trmkit.email.fewlabels import UNLABELLED, few_labels_report, keep_labels
@@ -103,7 +103,7 @@ class EmailOptions(BuildOptions):
 
 def run_build(args: EmailOptions, log: Log = print) -> Path:
     """Read, label, de-duplicate, split, tokenize and write the store."""
-    check_output_dir(args.out)
+    check_new_store(args.out, args.force)
     t0 = time.perf_counter()
     report = ImportReport(source=str(args.source), unit="messages")
     messages = read_labelled(args, report, log)
@@ -138,7 +138,7 @@ def run_build(args: EmailOptions, log: Log = print) -> Path:
     if bag is not None:
         extras["train"][BAG_FILE] = bag.to_dict()
     extras["train"][DATASET_REPORT_FILE] = data_report
-    write_store(args.out, splits, meta, extras=extras)
+    write_store(args.out, splits, meta, extras=extras, force=args.force)
     log(f"wrote {args.out}: " + ", ".join(f"{k} {len(rows[k])}" for k in rows)
         + f" messages, {len(classes)} classes ({', '.join(classes)}), seq_len {args.seq_len}, "
           f"vocabulary {tok.vocab_size}")

@@ -84,11 +84,13 @@ class Predictor:
              verbose: bool = False) -> "Predictor":
         from trmkit.plan import plan_lines_to
         from trmkit.train import evaluate
+        from trmkit.train.resume import check_evaluable
         from trmkit.train.session import prepare
 
         if Path(run_dir).is_file() or not rundir.path(run_dir, rundir.CONFIG).is_file():
             raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run directory written by "
                               "`trmkit train`?")
+        check_evaluable(run_dir, "predict")  # a self-play run: `trmkit rl eval`
         overrides = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else [])
         cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
         session = prepare(cfg, hw, log=plan_lines_to(log, verbose), cache_dir=cache_dir, evaluate_only=True,

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="continue the run in RUN_DIR from its newest valid checkpoint")
         s.add_argument("--force", action="store_true",
                        help="start afresh in a run.dir that already holds a run (its checkpoints, weights, summary "
-                            "and metrics are deleted first)")
+                            "and metrics are deleted once the new run is checked, before it writes)")
         s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
     s = sub.add_parser("eval", help="held-out solve rate by execution: all, without shortcuts, per type and slice")
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
@@ -57,10 +57,9 @@ def run(args: argparse.Namespace) -> int:
 def load_config(args: argparse.Namespace) -> config_mod.Config:
     from trmkit.train.resume import load_for_run
 
-    if args.resume:
-        rundir.check_task(args.resume, RL_TASK, f"a `trmkit rl seed|train` run: `trmkit train --resume {args.resume}` "
-                                                "continues it")
-    return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml", APPS)
+    # with --resume, a run of `trmkit train` (or of the other rl command) is refused, naming its own command
+    return load_for_run(args.config, args.overrides, args.resume, "configs/selfplay-laptop.yaml", APPS,
+                        command=f"rl {args.rl_command}")
 
 
 def make_objective(kind: str, cfg: config_mod.Config, log=print):

@@ -63,7 +63,9 @@ class CodeObjective:
         return {"vocab_size": len(P.VOCAB), "seq_len": P.max_length(), "num_puzzle_ids": 1, "num_classes": 0}
 
     def identity(self) -> dict:
-        return {"task": "selfplay-code", "vocab": list(P.VOCAB), "seq_len": P.max_length(),
+        # "objective": which command continues the run (train/resume.py run_kind: rl seed or rl train)
+        return {"task": "selfplay-code", "objective": self.name, "vocab": list(P.VOCAB),
+                "seq_len": P.max_length(),
                 "heldout_seed": self.rl.heldout_seed, "heldout_per_type": self.rl.heldout_per_type}
 
     def state_dict(self) -> dict:

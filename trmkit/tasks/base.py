@@ -76,7 +76,8 @@ class LearnSet(Protocol):
         ...
 
     def build(self, data_dir: Path, log: Log) -> tuple[int, int]:
-        """Write the store; (training groups, test groups) it holds."""
+        """Write the store, replacing one built with other arguments (learn.ensure_dataset says so first);
+        (training groups, test groups) it holds."""
         ...
 
 

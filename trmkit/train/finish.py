@@ -22,8 +22,9 @@ from trmkit.train.session import Clock, Session
 Log = Callable[[str], None]
 
 
-def finish(s: Session, clock: Clock, evals: dict, resumed: int | None, log: Log) -> dict:
-    """Every process calls it after the loop; rank 0 saves the weights and writes the summary."""
+def finish(s: Session, clock: Clock, evals: dict, resumed: int | None, log: Log, ended: str = "max_steps") -> dict:
+    """Every process calls it after the loop; rank 0 saves the weights and writes the summary (with why the
+    steps ended: "max_steps", "max_minutes", "early_stop" or "hooks")."""
     world, meter = s.run.world, s.run.meter
     peaks = dist_mod.gather_object(meter.process_peak(), world) if world.active else None
     if not world.main:
@@ -32,7 +33,7 @@ def finish(s: Session, clock: Clock, evals: dict, resumed: int | None, log: Log)
     with meter.phase("save"):
         save_weights(s.model, s.opts.ema, Path(s.cfg.run.dir))
     with meter.phase("summary"):
-        summary = write_summary(s, clock, evals, resumed, log, peaks)
+        summary = write_summary(s, clock, evals, resumed, log, peaks, ended)
     meter.stop()  # the kernel's mark still answers process_peak()
     return summary
 
@@ -49,8 +50,10 @@ def save_weights(model: TRM, ema: EMA | None, run_dir: Path) -> Path:
 
 
 def write_summary(s: Session, clock: Clock, evals: dict, resumed: int | None, log: Log,
-                  rank_peaks: list[int] | None = None) -> dict:
-    """RUN_DIR/summary.json: the run's facts, its metrics' history, the final evaluation; printed too."""
+                  rank_peaks: list[int] | None = None, ended: str = "max_steps") -> dict:
+    """RUN_DIR/summary.json: the run's facts, its metrics' history, the final evaluation; printed too.
+    "ended" and "limits" (max_steps, max_minutes) say whether a resume has anything left to train
+    (train/resume.py nothing_to_train)."""
     run_dir, plan, run = Path(s.cfg.run.dir), s.run.plan, s.run
     history = monitor.read_metrics(rundir.path(run_dir, rundir.METRICS))
     facts = monitor.RunFacts(
@@ -68,7 +71,8 @@ def write_summary(s: Session, clock: Clock, evals: dict, resumed: int | None, lo
                    wall_seconds=facts.wall_seconds, parameters=s.model.num_parameters(),
                    resumed_from_step=resumed, plan=plan.to_dict(),
                    memory_guard=run.guard.adjustments if run.guard else "off",
-                   memory=memory_summary(s, log))
+                   memory=memory_summary(s, log), ended=ended,
+                   limits={"max_steps": s.cfg.train.max_steps, "max_minutes": s.cfg.train.max_minutes})
     if rank_peaks is not None:  # every process's peak RSS, as the kernel saw it
         summary.update(world_size=run.world.size, peak_rss_gb_per_rank=[round(p / 2**30, 3) for p in rank_peaks])
         log(f"distributed: {run.world.size} processes, peak RSS per rank "

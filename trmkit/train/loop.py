@@ -29,7 +29,7 @@ from trmkit.train.distributed import World
 from trmkit.train.evaluate import format_eval, run_eval
 from trmkit.train.finish import finish
 from trmkit.train.hooks import NO_HOOKS, Hooks
-from trmkit.train.resume import nothing_to_train, restore_best, resume_if_possible, save_state
+from trmkit.train.resume import nothing_to_train, restore_best, resume_command, resume_if_possible, save_state
 from trmkit.train.data_identity import data_identity
 from trmkit.train.session import Clock, Session, chooses_by_held_out
 from trmkit.train.signals import exit_code, graceful_stop
@@ -71,7 +71,8 @@ def train(s: Session, is_tty: bool = False, log: Log = print, hooks: Hooks = NO_
                                     sampler=monitor.SystemSampler(peak_bytes=peak),
                                     cores=int(s.run.plan.threads.value), time_limit_s=60 * s.cfg.train.max_minutes)
         out = Monitors(loggers, progress, sampler, watch)
-        evals = {} if done else _run_steps(s, clock, out, stop, log, hooks)  # done: only the end was missing
+        # done: only the end was missing (its reason is the one nothing_to_train found)
+        evals, ended = ({}, _ended_before(s)) if done else _run_steps(s, clock, out, stop, log, hooks)
         progress.close()
         late_signal = [stop.signal_name is not None]  # a signal that came after the step's agreement
         if _agree(s.run.world, s.ctx.device, late_signal)[0]:
@@ -83,7 +84,7 @@ def train(s: Session, is_tty: bool = False, log: Log = print, hooks: Hooks = NO_
         else:
             evals = _final_evaluations(s, clock, loggers, evals, log)
     loggers.close()
-    return finish(s, clock, evals, resumed, log)
+    return finish(s, clock, evals, resumed, log, ended)
 
 
 def write_run_files(s: Session, run_dir: Path) -> None:
@@ -101,10 +102,12 @@ def _agree(world: World, device: torch.device, flags: list[bool]) -> list[bool]:
     return dist_mod.agree(flags, device) if world.active else flags
 
 
-def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log, hooks: Hooks) -> dict:
+def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log, hooks: Hooks) -> tuple[dict, str]:
     """Steps until max_steps, a stop signal, the time budget, an early stop or the hooks' stop (with
-    hooks.owns_end: a stop signal or the hooks' stop only); the last periodic evaluation."""
+    hooks.owns_end: a stop signal or the hooks' stop only); the last periodic evaluation, and why the steps
+    ended (summary.json "ended": train/resume.py ENDS, or "signal")."""
     evals: dict = {}
+    ended = "max_steps"
     _say_what_needs_val(s, log)
     fit = _time_fit(s, clock, log)
     hooks.on_start(s)
@@ -115,11 +118,13 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log, hooks: H
             _refit(s, fit, out, log)
         cfg = s.cfg  # as the hooks and the time fit left it
         out.progress.total_steps = cfg.train.max_steps
-        ends = hooks.should_stop(s) or (not hooks.owns_end and _out_of_time(cfg, budget_start(s, clock)))
+        hooks_stop = hooks.should_stop(s)
+        ends = hooks_stop or (not hooks.owns_end and _out_of_time(cfg, budget_start(s, clock)))
         flags = [stop.requested, ends, _checkpoint_due(cfg, step, clock)]
         stopped, late, due = _agree(s.run.world, s.ctx.device, flags)
         if stopped:
             stop.signal_name = stop.signal_name or "a stop signal on another process"
+            ended = "signal"
             break
         stop_early = saved = False
         if _evaluated_at(cfg, step):
@@ -127,8 +132,14 @@ def _run_steps(s: Session, clock: Clock, out: Monitors, stop, log: Log, hooks: H
         if (due or stop_early) and not saved and not late:  # late: the end saves
             _timed_save(s, clock, evals, log)
         if stop_early or late:
+            ended = "early_stop" if stop_early else "hooks" if hooks_stop else "max_minutes"
             break
-    return evals
+    return evals, ended
+
+
+def _ended_before(s: Session) -> str:
+    """Why a resumed run with nothing to train had ended (its end is written again: summary.json was missing)."""
+    return "max_steps" if s.state.step >= s.cfg.train.max_steps else "early_stop"
 
 
 def _say_what_needs_val(s: Session, log: Log) -> None:
@@ -254,7 +265,7 @@ def _stopped(s: Session, clock: Clock, loggers, evals: dict, stop, log: Log) -> 
     run_dir, world = Path(s.cfg.run.dir), s.run.world
     again = (f"torchrun --nproc-per-node {world.local_size} -m trmkit train --resume {run_dir} (or "
              f"trmkit train --resume {run_dir} --nproc {world.size})" if world.active
-             else f"trmkit train --resume {run_dir}")
+             else resume_command(run_dir))  # the command that made it: train, rl seed|train, email pretrain
     code = exit_code(stop.signal_name)
     log(f"stopped by {stop.signal_name} at step {s.state.step} (checkpoint saved; exit code {code}); "
         f"resume with: {again}")

@@ -1,19 +1,22 @@
 """Resuming a run: its config, its checkpoint's execution settings, the state, and the best weights.
 
 Resuming is explicit (`claim_run_dir`): a training command into a run.dir that already holds a run
-is refused unless it says --resume (continue from the newest checkpoint) or --force (delete the
-old run's files and start afresh); --resume without a checkpoint is refused. A resumed run that
-has nothing left to train (`nothing_to_train`: it reached max_steps or stopped early) says so and
-trains no step. A training command's config is the YAML and overrides, or with --resume the run's own
-config.yaml (`load_for_run`). Before the plan is made, the newest checkpoint's meta.json says
-what the run was trained with beyond its config (train/execution.py), so the resumed run
-continues bit for bit. `resume_if_possible`
-loads the newest valid checkpoint into the session; `save_state` writes one (rank 0, with every
+is refused unless it says --resume (continue from the newest checkpoint) or --force (start afresh:
+the old run's files are deleted once the new run is prepared, `clear_run`); --resume without a
+checkpoint is refused. A resumed run that has nothing left to train (`nothing_to_train`: it reached
+max_steps, its time budget or stopped early, as its summary.json's "ended" says) says so and trains no
+step. Every hint names the command that made the run (`resume_command`: `trmkit train`, `trmkit rl
+seed|train`, `trmkit email pretrain`), read from what the run recorded. A training command's config is
+the YAML and overrides, or with --resume the run's own config.yaml (`load_for_run`). Before the plan
+is made, the newest checkpoint's meta.json says what the run was trained with beyond its config
+(train/execution.py), so the resumed run continues bit for bit. `resume_if_possible` loads the newest
+valid checkpoint into the session; `save_state` writes one (rank 0, with every
 process's own state); `restore_best` loads the best checkpoint's weights at the end.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -42,19 +45,101 @@ RUN_FILES = (rundir.CONFIG, rundir.PLAN, rundir.DATA_META, rundir.METRICS, rundi
 
 
 def load_for_run(config: str | None, overrides: list[str], resume: str | None, example: str,
-                 apps: config_mod.AppSections | None = None) -> Config:
+                 apps: config_mod.AppSections | None = None, command: str = "train", log: Log = print) -> Config:
     """The config of a training command: the YAML and overrides, or with resume the run's own
-    config.yaml (overrides still apply, run.dir is the resumed directory); `apps`: the applications'
-    sections to check with the rest (trmkit/registry.py's SECTIONS)."""
+    config.yaml (overrides still apply, run.dir is the resumed directory; a YAML given too is not read,
+    said in one line); `apps`: the applications' sections to check with the rest (trmkit/registry.py's
+    SECTIONS). command: the command that trains ("train", "rl seed", "rl train", "email pretrain"); a
+    run made by another one is refused with the command that continues it."""
     if resume:
         run_dir = Path(resume)
         if not rundir.path(run_dir, rundir.CONFIG).is_file():
             raise ConfigError(f"--resume {run_dir}: no {rundir.CONFIG} there; is it a run directory?")
+        check_kind(run_dir, command)
+        if config and "=" not in config:
+            log(f"resume: {config} is not read: a resumed run keeps its own {run_dir / rundir.CONFIG} "
+                "(overrides apply; a new run from the YAML: another run.dir, or --force)")
         extra = ([config] if config and "=" in config else []) + list(overrides)
         return config_mod.load(rundir.path(run_dir, rundir.CONFIG), extra + [f"run.dir={run_dir}"], apps)
     if not config:
         raise ConfigError(f"give a config (e.g. {example}) or --resume RUN_DIR")
     return config_mod.load(config, overrides, apps)
+
+
+# --------------------------------------------------------------------------- which command made a run
+
+RL_TASK = "selfplay-code"  # data_meta.json's "task" of a seeding or self-play run (rl/objective.py's identity)
+PRETRAIN_TASK = "email-mlm"  # the task of `trmkit email pretrain`'s store (email/pretrain.py)
+
+
+def run_kind(run_dir: str | Path) -> str:
+    """The command that trains the run in run_dir: "rl seed", "rl train", "email pretrain" or "train",
+    from the task and objective it recorded (data_meta.json; a self-play checkpoint's baselines for a run
+    from before "objective" was recorded there)."""
+    task = rundir.task_of(run_dir)
+    if task == PRETRAIN_TASK:
+        return "email pretrain"
+    if task != RL_TASK:
+        return "train"
+    objective = _read_json(rundir.path(run_dir, rundir.DATA_META)).get("objective")
+    if objective in ("seed", "selfplay"):
+        return "rl seed" if objective == "seed" else "rl train"
+    ckpts = checkpoint.list_checkpoints(run_dir)
+    state = _read_json(ckpts[-1] / rundir.CHECKPOINT_META).get("stream") if ckpts else None
+    return "rl train" if isinstance(state, dict) and "baselines" in state else "rl seed"
+
+
+def resume_command(run_dir: str | Path, *overrides: str) -> str:
+    """The command that continues the run in run_dir (with overrides, e.g. a larger train.max_minutes)."""
+    run, more = Path(run_dir), "".join(f" {o}" for o in overrides)
+    kind = run_kind(run)
+    if kind == "email pretrain":  # it resumes by itself when the run directory holds checkpoints
+        return f"trmkit email pretrain {_pretrain_source(run)}{more} --run-dir {run}"
+    return f"trmkit {kind} --resume {run}{more}"
+
+
+def check_kind(run_dir: Path, command: str) -> None:
+    """Refuse to continue with `trmkit COMMAND` a run another command made, naming the one that does."""
+    kind = run_kind(run_dir)
+    if kind == command:
+        return
+    if (kind, command) == ("rl seed", "rl train"):
+        raise ConfigError(f"{run_dir} is a seeding run (rl seed); continue it with `trmkit rl seed --resume "
+                          f"{run_dir}`, or start self-play from it with `trmkit rl train CONFIG --init {run_dir}`")
+    task = rundir.task_of(run_dir)
+    what = f"a {task} run" if kind == "train" and task else f"a run of `trmkit {kind}`"
+    raise ConfigError(f"{run_dir} is {what}, not of `trmkit {command}`: continue it with "
+                      f"`{resume_command(run_dir)}`")
+
+
+def check_evaluable(run_dir: Path, command: str) -> Path:
+    """`trmkit eval` and `predict` read a run trained on a store: a self-play or seeding run is refused,
+    pointed to `trmkit rl eval`; run_dir else."""
+    kind = run_kind(run_dir)
+    if kind.startswith("rl "):
+        raise ConfigError(f"{run_dir} is a run of `trmkit {kind}`, which `trmkit {command}` does not read: "
+                          f"evaluate it with `trmkit rl eval {run_dir}`, continue it with `{resume_command(run_dir)}`")
+    return run_dir
+
+
+def _pretrain_source(run_dir: Path) -> str:
+    """The e-mail store an email-mlm run's store was built from (its meta.json's build), else STORE."""
+    from trmkit.data.store import META_FILE, StoreError, read_meta
+
+    store = _read_json(rundir.path(run_dir, rundir.DATA_META)).get("path")
+    try:
+        source = read_meta(Path(store) / "train" / META_FILE).build.get("from") if store else None
+    except (OSError, ValueError, StoreError):
+        source = None
+    return str(source) if source else "STORE"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # --------------------------------------------------------------------------- before the plan
@@ -73,34 +158,37 @@ def describe_run(run_dir: str | Path) -> str:
     return what + (", finished: summary.json" if rundir.path(run_dir, rundir.SUMMARY).is_file() else "")
 
 
-def claim_run_dir(run_dir: str | Path, resume: bool, force: bool, log: Log = print) -> None:
+def claim_run_dir(run_dir: str | Path, resume: bool, force: bool, log: Log = print) -> bool:
     """Say what a training command does with its run.dir, and refuse what would mix or lose a run:
-    resume (--resume) needs a checkpoint; a new run needs a run.dir that holds no run, unless force,
-    which deletes the old run's files (RUN_FILES; nothing else in the folder) before anything is read.
-    Every process of a distributed run calls it; the deletion is idempotent."""
+    resume (--resume) needs a checkpoint; a new run needs a run.dir that holds no run, unless force.
+    It only decides, and touches no file: True when the old run's files are to be deleted
+    (force), which `clear_run` does once the new run has been prepared (its config, store and plan
+    checked), just before it writes its own (train/run.py)."""
     run = Path(run_dir)
     if resume and force:
         raise ConfigError("--resume continues a run and --force starts it afresh: give one of them")
     if resume:
         if not checkpoint.list_checkpoints(run):
+            again = f"trmkit {run_kind(run) if run_kind(run).startswith('rl ') else 'train'} CONFIG"
             raise ConfigError(f"--resume {run}: no checkpoint in {run / rundir.CHECKPOINTS} ({describe_run(run)}) "
-                              f"to continue from; start the run again with `trmkit train CONFIG run.dir={run} --force`")
+                              f"to continue from; start the run again with `{again} run.dir={run} --force`")
         log(f"train: --resume {run} -> continuing from its newest checkpoint ({describe_run(run)})")
-        return
+        return False
     if not holds_run(run):
         log(f"train: run.dir={run} holds no run -> a new run")
-        return
+        return False
     if not force:
         raise ConfigError(f"run.dir={run} already holds a run ({describe_run(run)}): continue it with "
-                          f"`trmkit train --resume {run}`, train a new run with another run.dir=..., or add --force "
+                          f"`{resume_command(run)}`, train a new run with another run.dir=..., or add --force "
                           "(force=True from Python) to start afresh there, deleting the old run's checkpoints, "
                           "weights, summary and metrics")
-    log(f"train: --force -> the run in {run} ({describe_run(run)}) is deleted (its checkpoints, weights, summary, "
-        "metrics and report; other files stay) and a new run starts")
-    clear_run(run)
+    log(f"train: --force -> a new run in {run}; the old one ({describe_run(run)}) is deleted once the new run's "
+        "config, data and plan are checked, just before it writes its first file (its checkpoints, weights, "
+        "summary, metrics and report; other files stay)")
+    return True
 
 
-def clear_run(run_dir: Path) -> None:
+def clear_run(run_dir: Path, log: Log = print) -> None:
     """Delete what a run wrote into run_dir (RUN_FILES), leaving anything else."""
     for name in RUN_FILES:
         path = rundir.path(run_dir, name)
@@ -108,24 +196,47 @@ def clear_run(run_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+    log(f"train: --force -> deleted the old run's files in {run_dir}; the new run starts")
+
+
+ENDS = ("max_steps", "max_minutes", "early_stop", "hooks")  # summary.json "ended": why the steps stopped
 
 
 def nothing_to_train(s: Session, log: Log = print) -> str | None:
-    """Why a resumed run trains no further step (it reached train.max_steps, or stopped early and its
-    patience is spent), said with how to train on; None when it has steps left."""
+    """Why a resumed run trains no further step, said with how to train on; None when it has steps left.
+
+    Done: it reached train.max_steps; or it stopped early and its patience is spent; or its summary says
+    it ended on its clock (train.max_minutes) at the step resumed from, and no override raised
+    train.max_minutes or train.max_steps above what it ran with. A run stopped by a signal writes no summary
+    (or trained past the one it has): it resumes."""
     t, step, run = s.cfg.train, s.state.step, s.cfg.run.dir
     early = chooses_by_held_out(s) and t.early_stop_evals and s.best["evals_since"] >= t.early_stop_evals
-    if step < t.max_steps and not early:
+    clock = not early and step < t.max_steps and ended_on_clock(run, step, t.max_steps, t.max_minutes)
+    if step < t.max_steps and not early and not clock:
         return None
     if early:
         why = (f"stopped early at step {step} ({t.best_metric} had not improved on {s.best['value']:.4f} of step "
                f"{s.best['step']} for {t.early_stop_evals} evaluations)")
         more = f"train.early_stop_evals={t.early_stop_evals + 2}"
+    elif clock:
+        why = f"ended on its time budget, train.max_minutes={t.max_minutes:g} (step {step} of {t.max_steps})"
+        more = f"train.max_minutes={2 * t.max_minutes:g}"
     else:
         why, more = f"reached train.max_steps={t.max_steps} (step {step})", f"train.max_steps={step * 2}"
     log(f"resume: {run} {why}: no step to train; to train on, resume with a larger limit, e.g. "
-        f"`trmkit train --resume {run} {more}`")
+        f"`{resume_command(run, more)}`")
     return why
+
+
+def ended_on_clock(run_dir: str | Path, step: int, max_steps: int, max_minutes: float) -> bool:
+    """Whether the run's summary says it ended on train.max_minutes at `step`, with limits no larger than
+    these (an override that raises either, or max_minutes=0, trains on)."""
+    summary = _read_json(rundir.path(run_dir, rundir.SUMMARY))
+    if summary.get("ended") != "max_minutes" or summary.get("steps") != step:
+        return False
+    limits = summary.get("limits") or {}
+    raised_minutes = max_minutes == 0 or max_minutes > float(limits.get("max_minutes", max_minutes))
+    return not raised_minutes and max_steps <= int(limits.get("max_steps", max_steps))
 
 
 # --------------------------------------------------------------------------- loading and saving state

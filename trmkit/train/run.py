@@ -23,10 +23,11 @@ from trmkit.data.store import Split
 from trmkit.hardware import HardwareInfo
 from trmkit.model.parts import PartsFactory
 from trmkit.train import loop
+from trmkit.train import distributed as dist_mod
 from trmkit.train.distributed import SINGLE, World
 from trmkit.train.hooks import NO_HOOKS, Hooks
 from trmkit.train.objective import Objective
-from trmkit.train.resume import claim_run_dir
+from trmkit.train.resume import claim_run_dir, clear_run
 from trmkit.train.scorer import Scorer
 from trmkit.train.session import prepare
 
@@ -42,14 +43,20 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
     after a stop signal, saved).
 
     resume: continue the run in run.dir from its newest checkpoint; force: start afresh there, deleting the
-    old run's files (train/resume.py `claim_run_dir`: neither, and a run.dir that holds a run is refused).
+    old run's files once the new run is prepared, before it writes its own (train/resume.py `claim_run_dir`:
+    neither, and a run.dir that holds a run is refused).
     cache_dir: the planner's measurement cache (the CLI's, so every command plans from the same measurements).
     objective: a workload that makes its own batches, in place of a store (train/objective.py).
     world: this process's place among several (train/distributed.py).
     scorer, sampler, before_training, parts: what the store's task plugs in (session.prepare)."""
-    claim_run_dir(cfg.run.dir, resume, force, log)
+    replace = claim_run_dir(cfg.run.dir, resume, force, log)  # decides; deletes nothing yet
     s = prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective, world=world, scorer=scorer,
-                sampler=sampler, before_training=before_training, parts=parts)
+                sampler=sampler, before_training=before_training, parts=parts, fresh=replace)
+    if replace:  # the new run is checked (config, store, plan): only now is the old one deleted
+        if world.main:
+            clear_run(Path(cfg.run.dir), log)
+        if world.active:  # every process has rendezvoused in prepare; none writes before rank 0 has cleared
+            dist_mod.barrier()
     result = loop.train(s, hooks=hooks, is_tty=is_tty, log=log)
     hooks.after_training(s, result)
     return result

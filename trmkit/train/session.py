@@ -212,7 +212,7 @@ def check_data_matches(cfg: Config, split: Split, run_dir: Path, log: Log = prin
             "vocab_size": cfg.model.vocab_size, "seq_len": cfg.model.seq_len}
     have = {"task": m.task, "vocab": list(m.vocab), "vocab_size": m.vocab_size, "seq_len": m.seq_len}
     resized = cfg.model.mixer == "conv" and have["seq_len"] != want["seq_len"]
-    wrong = [f"{k} {have[k]!r} (the run's: {want[k]!r})" for k in want
+    wrong = [f"{k} {_brief(k, have)} (the run's: {_brief(k, want)})" for k in want
              if have[k] != want[k] and not (k == "seq_len" and resized)]
     if m.num_puzzle_identifiers > cfg.model.num_puzzle_ids:
         wrong.append(f"num_puzzle_identifiers {m.num_puzzle_identifiers} (the run learned "
@@ -224,6 +224,16 @@ def check_data_matches(cfg: Config, split: Split, run_dir: Path, log: Log = prin
                           + ". Build the evaluation store with the same task and settings as the run's "
                           "training store (e.g. the same --size for mazes)")
     return {"seq_len": m.seq_len, **grid_fields(split)} if resized else {}
+
+
+def _brief(key: str, identity: dict) -> str:
+    """One field of a store's identity for an error line: a vocabulary by its task, size and first tokens
+    (an e-mail store's has thousands)."""
+    if key != "vocab":
+        return repr(identity[key])
+    vocab = identity[key]
+    return (f"{identity['task']}, {len(vocab)} tokens: " + ", ".join(map(repr, vocab[:6]))
+            + (", ..." if len(vocab) > 6 else ""))
 
 
 def absolute_data_path(data_path: str, log: Log) -> str:
@@ -421,11 +431,10 @@ def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log)
 
 
 def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | None = None,
-            meter: PeakMeter | None = None,
-            scorer: Callable[[Split], Scorer] | None = None, evaluate_only: bool = False,
-            objective: Objective | None = None, world: World = SINGLE,
-            sampler: Callable[..., Sampler] | None = None,
-            before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None) -> Session:
+            meter: PeakMeter | None = None, scorer: Callable[[Split], Scorer] | None = None,
+            evaluate_only: bool = False, objective: Objective | None = None, world: World = SINGLE,
+            sampler: Callable[..., Sampler] | None = None, before_training: Callable[..., None] | None = None,
+            parts: PartsFactory | None = None, fresh: bool = False) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -438,22 +447,23 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     task reads its own knobs from cfg (the maze task's section `maze:`).
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
-    its checkpoint after it. parts: the task's pieces of the model (model/parts.py)."""
+    its checkpoint after it. parts: the task's pieces of the model (model/parts.py).
+    fresh: a new run in a run.dir whose old run is deleted after this (--force): its checkpoints are not read."""
     started, meter = time.perf_counter(), meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
                           "(launch them without torchrun)")
-    saved = saved_meta(cfg.run.dir)
+    saved = {} if fresh else saved_meta(cfg.run.dir)
+    trained = {} if evaluate_only else saved  # eval resumes no training: no checkpoint's shape or micro-batch
     cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
     cfg = trace_outputs(cfg, sampler, log) if objective is None and not evaluate_only else cfg
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
-    # evaluation reads the run's weights, checked against the store above, not the checkpoint's shape
-    plan = plan_run(cfg, local, hw, world, meter, {} if evaluate_only else saved, log, cache_dir)
+    plan = plan_run(cfg, local, hw, world, meter, trained, log, cache_dir)
     with meter.phase("setup"):
         slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
         model, opts, state, net = build_model(cfg, plan, slots, world, log, parts)
     guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
-    micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), saved, log)
+    micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), trained, log)
     if guard is not None:
         guard.micro_batch = micro
     ctx = step_context(cfg, data, objective, plan, micro, net, world, log)

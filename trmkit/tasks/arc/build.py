@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trmkit.data.imports import ImportReport
-from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.data.store import SplitArrays, check_new_store, write_store
 from trmkit.tasks.arc.data import (IDENTITY, PAD, SIDE, VOCAB, ArcTask, Aug, drop_repeats, encode, random_aug,
                                    read_subset, task_hash)
 from trmkit.tasks.base import Log
@@ -179,11 +179,12 @@ def read_sidecar(split_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def build(source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
           subsets: Sequence[str] = ("training", "concept"), eval_subset: str = "evaluation", aug: int = 100,
           limit: int | None = None, test_fraction: float = 0.0, seed: int = 0, allow_overlap: bool = False,
-          log: Log = print) -> dict[str, Any]:
-    """Build an ARC store at out_dir; test_fraction is ignored except 1 (test split only, same ids)."""
+          force: bool = False, log: Log = print) -> dict[str, Any]:
+    """Build an ARC store at out_dir; test_fraction is ignored except 1 (test split only, same ids); a store
+    already there is replaced only with force."""
     t0 = time.perf_counter()
     _check_options(aug, limit, test_fraction)
-    check_output_dir(out_dir)
+    check_new_store(out_dir, force)
     trained = [s for s in dict.fromkeys(subsets) if s != eval_subset]  # the eval subset's demos train anyway
     report = ImportReport(source=str(source), unit="tasks")
     train_tasks = drop_repeats([t for s in trained for t in read_subset(Path(source), s, report, limit)], report)
@@ -208,7 +209,7 @@ def build(source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
     meta = {"task": "arc", "vocab": list(VOCAB), "pad_id": PAD, "ignore_label_id": PAD, "blank_id": None,
             "num_puzzle_identifiers": 1 + settings["puzzles"], "source": str(source),
             "build": {**settings, **report.to_dict()}}
-    write_store(out_dir, splits, meta, extras)
+    write_store(out_dir, splits, meta, extras, force=force)
     log(f"wrote {out_dir}: " + ", ".join(f"{k} {len(a.inputs)} examples" for k, a in splits.items())
         + f", {meta['num_puzzle_identifiers'] - 1} puzzles, {time.perf_counter() - t0:.1f} s")
     return {"skipped": report.skipped, **settings}

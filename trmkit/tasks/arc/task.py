@@ -31,7 +31,7 @@ def run_build(opts: ArcOptions, log: Log = print) -> dict[str, Any]:
     subsets = [s.strip() for s in opts.subsets.split(",") if s.strip()]
     return build(opts.source, opts.out, subsets=subsets, eval_subset=opts.eval_subset, aug=opts.aug,
                  limit=opts.limit, test_fraction=opts.test_fraction, seed=opts.seed,
-                 allow_overlap=opts.allow_overlap, log=log)
+                 allow_overlap=opts.allow_overlap, force=opts.force, log=log)
 
 
 TASK = Task(

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trmkit.data.imports import ImportReport, split_rows
-from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.data.store import SplitArrays, check_new_store, write_store
 from trmkit.tasks.base import dihedral
 from trmkit.tasks.maze.data import MazeRow, read_csv
 from trmkit.tasks.maze.generate import GOAL, PAD, START, VOCAB, WALL, Draw, default_min_path, generate_within
@@ -20,18 +20,19 @@ Log = Callable[[str], None]
 def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, min_path: int | None = None,
           loops: float = 0.1, test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
           seed: int = 0, train_min_path: int | None = None, unique_path: bool | None = None,
-          log: Log = print) -> dict[str, Any]:
+          force: bool = False, log: Log = print) -> dict[str, Any]:
     """Build a maze store at out_dir: generated (source='generate') or from a Maze-Hard CSV.
 
     train_min_path (generated only): each training maze's minimum path length is drawn uniformly
     from [train_min_path, min_path], a curriculum of easier mazes; test mazes keep min_path.
-    unique_path (generated only): keep only mazes with one shortest path; None chooses (unique_path_rule)."""
+    unique_path (generated only): keep only mazes with one shortest path; None chooses (unique_path_rule).
+    force: replace a store already at out_dir (data.store.check_new_store)."""
     t0 = time.perf_counter()
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"--test-fraction must be in [0, 1], got {test_fraction}")
     if not 0 <= aug <= 7:
         raise ValueError(f"--aug must be 0..7 (the square has 8 symmetries, the identity included), got {aug}")
-    check_output_dir(out_dir)
+    check_new_store(out_dir, force)
     report = ImportReport(source=str(source), unit="mazes")
     if source == "generate":
         min_path = default_min_path(size) if min_path is None else min_path
@@ -60,7 +61,7 @@ def build(source: str, out_dir: str | Path, *, size: int = 30, num: int = 1000, 
     meta = {"task": "maze", "vocab": list(VOCAB), "pad_id": PAD, "ignore_label_id": PAD, "blank_id": None,
             "num_puzzle_identifiers": 1, "source": str(source), "build": {**settings, **report.to_dict()},
             "grid_shape": [side, side], "given_tokens": [WALL, START, GOAL]}  # walls, S and G are repeated
-    write_store(out_dir, splits, meta)
+    write_store(out_dir, splits, meta, force=force)
     counts = {name: len(a.inputs) for name, a in splits.items()}
     log(f"wrote {out_dir}: " + ", ".join(f"{k} {v} examples" for k, v in counts.items())
         + f"; shortest paths {lengths.min()}-{lengths.max()} steps (mean {lengths.mean():.1f}), "

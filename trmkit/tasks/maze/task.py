@@ -42,7 +42,7 @@ class MazeOptions(BuildOptions):
 def run_build(opts: MazeOptions, log: Log = print) -> dict[str, Any]:
     return build(opts.source, opts.out, size=opts.size, num=opts.num, min_path=opts.min_path, loops=opts.loops,
                  test_fraction=opts.test_fraction, aug=opts.aug, limit=opts.limit, seed=opts.seed,
-                 train_min_path=opts.train_min_path, unique_path=opts.unique_path, log=log)
+                 train_min_path=opts.train_min_path, unique_path=opts.unique_path, force=opts.force, log=log)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class MazeLearnSet:
         a = self.build_args()
         out = build("generate", data_dir, size=self.size, num=a["num"], min_path=a["min_path"], loops=self.loops,
                     test_fraction=a["test_fraction"], aug=self.aug, seed=self.seed,
-                    train_min_path=self.train_min_path, log=log)
+                    train_min_path=self.train_min_path, force=True, log=log)
         return out["counts"]["train"] // (self.aug + 1), out["counts"]["test"]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trmkit.data.imports import ImportReport, split_rows
-from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.data.store import SplitArrays, check_new_store, write_store
 from trmkit.tasks.pairs.augment import Augment, copies_of, parse_augment
 from trmkit.tasks.pairs.codec import (MAX_CELLS, Layout, PairError, Value, check_kind, field, make_layout,
                                       parse_record, read_lines)
@@ -47,13 +47,13 @@ def read_pairs(path: str | Path, report: ImportReport, max_cells: int = MAX_CELL
 
 def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float = 0.1, seed: int = 0,
                 blank: str | None = None, max_cells: int = MAX_CELLS, aug: int = 0, transforms: str | None = None,
-                permute: str | None = None, log: Log = print) -> dict[str, Any]:
+                permute: str | None = None, force: bool = False, log: Log = print) -> dict[str, Any]:
     """Build a pairs store at `out_dir` from a JSONL file; returns the counts written.
 
     aug, transforms, permute: augmented copies of each training pair, made only with the named
-    symmetries (augment.py); none by default."""
+    symmetries (augment.py); none by default. force: replace a store already at `out_dir`."""
     start = time.perf_counter()
-    check_output_dir(out_dir)
+    check_new_store(out_dir, force)
     report = ImportReport(source=str(source), unit="pairs")
     pairs = read_pairs(source, report, max_cells)
     if not pairs:
@@ -72,7 +72,7 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
     settings = {"test_fraction": test_fraction, "seed": seed, "blank": blank, "aug": aug,
                 "transforms": list(augment.transforms) if augment else [],
                 "permute": list(augment.permute) if augment else []}
-    write_store(out_dir, splits, _meta(layout, blank_id, report, settings))
+    write_store(out_dir, splits, _meta(layout, blank_id, report, settings), force=force)
     counts = {name: len(arrays.inputs) for name, arrays in splits.items()}
     log(f"wrote {out_dir}: " + ", ".join(f"{name} {n} examples" for name, n in counts.items())
         + f", {report.skipped} lines skipped ({time.perf_counter() - start:.1f} s)")

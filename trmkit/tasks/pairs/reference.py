@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trmkit.data.imports import ImportReport
-from trmkit.data.store import ARRAY_NAMES, SplitArrays, check_output_dir, write_store
+from trmkit.data.store import ARRAY_NAMES, SplitArrays, check_new_store, write_store
 from trmkit.tasks.pairs.codec import PAD, Layout
 
 META = "dataset.json"
@@ -102,11 +102,11 @@ def reference_layout(seq_len: int, vocab_size: int) -> tuple[Layout, str]:
     return Layout("grid", (1, seq_len), vocab), f"canvas 1 x {seq_len} (seq_len {seq_len} is not a square: one row)"
 
 
-def build_reference(source: str | Path, out_dir: str | Path, blank_id: Callable[[Layout], int | None]
-                    ) -> tuple[dict[str, SplitArrays], dict[str, Any], ImportReport]:
+def build_reference(source: str | Path, out_dir: str | Path, blank_id: Callable[[Layout], int | None],
+                    force: bool = False) -> tuple[dict[str, SplitArrays], dict[str, Any], ImportReport]:
     """The splits of a reference folder, the store meta's fields, and a report of what was read."""
     source = Path(source)
-    check_output_dir(out_dir)
+    check_new_store(out_dir, force)
     folders = sorted(c for c in source.iterdir() if (c / META).is_file())
     read = {folder.name: read_split(folder) for folder in folders}
     metas = [meta for meta, _ in read.values()]
@@ -125,11 +125,11 @@ def build_reference(source: str | Path, out_dir: str | Path, blank_id: Callable[
 
 
 def write_reference(source: str | Path, out_dir: str | Path, blank_id: Callable[[Layout], int | None],
-                    log: Log = print) -> dict[str, Any]:
-    splits, meta, report = build_reference(source, out_dir, blank_id)
+                    log: Log = print, force: bool = False) -> dict[str, Any]:
+    splits, meta, report = build_reference(source, out_dir, blank_id, force)
     for line in report.summary_lines():
         log(line)
-    write_store(out_dir, splits, meta)
+    write_store(out_dir, splits, meta, force=force)
     counts = {name: len(arrays.inputs) for name, arrays in splits.items()}
     log(f"wrote {out_dir}: " + ", ".join(f"{name} {n} examples" for name, n in counts.items()))
     return {"out": str(out_dir), **counts, "skipped": 0}

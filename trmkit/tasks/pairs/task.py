@@ -47,10 +47,11 @@ def run_build(opts: PairsOptions, log: Log = print) -> dict[str, Any]:
         if opts.aug or opts.transforms or opts.permute:
             raise ValueError("--aug, --transforms and --permute apply to JSONL pairs; a TRM reference folder is "
                              "imported as its builder augmented it")
-        return write_reference(opts.source, opts.out, lambda layout: blank_token(layout, opts.blank), log)
+        return write_reference(opts.source, opts.out, lambda layout: blank_token(layout, opts.blank), log,
+                               force=opts.force)
     return build_pairs(opts.source, opts.out, test_fraction=opts.test_fraction, seed=opts.seed, blank=opts.blank,
                        max_cells=opts.max_cells, aug=opts.aug, transforms=opts.transforms, permute=opts.permute,
-                       log=log)
+                       force=opts.force, log=log)
 
 
 def source_format(source: str, chosen: str, log: Log) -> str:

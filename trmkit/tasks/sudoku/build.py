@@ -22,7 +22,7 @@ import numpy as np
 
 from trmkit.data.curriculum import DIFFICULTY_FILE, difficulty_sidecar
 from trmkit.data.imports import ImportReport, split_rows
-from trmkit.data.store import SplitArrays, check_output_dir, write_store
+from trmkit.data.store import SplitArrays, check_new_store, write_store
 from trmkit.tasks.sudoku.generate import augment, generate_pairs, parse_givens
 from trmkit.tasks.sudoku.solver import (BLANK_ID, PAD_ID, SIZE, VOCAB, PuzzleError, SudokuPair, check_solution,
                                         hardness, parse_grid, search, to_tokens)
@@ -191,7 +191,7 @@ def build_sudoku(
     test_fraction: float = 0.1, aug: int = 0, limit: int | None = None,
     num_generate: int = 1000, givens: str | int | Sequence[int] = "24-26",
     min_guesses: int = 0, max_guesses: int | None = None, seed: int = 0, require_unique: bool = True,
-    min_rating: int = 0, max_rating: int | None = None, test_hardest: int = 0,
+    min_rating: int = 0, max_rating: int | None = None, test_hardest: int = 0, force: bool = False,
     log: Log = print,
 ) -> BuildReport:
     """Build a Sudoku store at ``out_dir`` (``train/`` and ``test/``).
@@ -201,11 +201,11 @@ def build_sudoku(
     source. Every puzzle is rated (solver.hardness); those rated outside [min_rating, max_rating] are
     left out (counted). The ``test_hardest`` highest-rated puzzles, else a random ``test_fraction``,
     form the test split; each training puzzle becomes a group with ``aug`` augmented copies. Ratings
-    are printed and kept per split.
+    are printed and kept per split. A store already at ``out_dir`` is replaced only with ``force``.
     """
     start = time.perf_counter()  # the source "generate" means generate; any other string is a path
     _check_build_args(test_fraction, aug, limit, num_generate, seed)
-    check_output_dir(out_dir)
+    check_new_store(out_dir, force)
     sources = [str(source)] if isinstance(source, (str, Path)) else [str(s) for s in source]
     report, (puzzles, solutions, ratings), mixed = _read_sources(
         sources, limit, (num_generate, givens, seed, min_guesses, max_guesses), require_unique, log)
@@ -222,7 +222,7 @@ def build_sudoku(
         "ratings": {name: rating_summary(rated[name]) for name in splits},
     }
     extras = {name: {DIFFICULTY_FILE: difficulty_sidecar(rated[name], RATING)} for name in splits}
-    write_store(out_dir, splits, _store_meta(report, settings, splits), extras)
+    write_store(out_dir, splits, _store_meta(report, settings, splits), extras, force=force)
     built = BuildReport(Path(out_dir), report.source, report, len(rated["train"]),
                         len(splits["train"].inputs) if "train" in splits else 0, len(rated["test"]),
                         len(splits["test"].inputs), time.perf_counter() - start)

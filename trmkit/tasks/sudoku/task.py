@@ -57,7 +57,8 @@ class SudokuLearnSet:
     def build(self, data_dir: Path, log: Log) -> tuple[int, int]:
         a = self.build_args()
         built = build_sudoku("generate", data_dir, test_fraction=a["test_fraction"], aug=self.aug,
-                             num_generate=a["num_generate"], givens=self.givens, seed=self.seed, log=log)
+                             num_generate=a["num_generate"], givens=self.givens, seed=self.seed, force=True,
+                             log=log)
         return built.train_groups, built.test_groups
 
 
@@ -88,7 +89,7 @@ def run_build(opts: SudokuOptions, log: Log = print) -> BuildReport:
         aug=opts.aug, limit=opts.limit, num_generate=opts.num, givens=opts.givens,
         min_guesses=max(opts.min_guesses, opts.min_rating) if "generate" in sources else opts.min_guesses,
         seed=opts.seed, require_unique=not opts.allow_multiple, min_rating=opts.min_rating,
-        max_rating=opts.max_rating, test_hardest=opts.test_hardest, log=log)
+        max_rating=opts.max_rating, test_hardest=opts.test_hardest, force=opts.force, log=log)
 
 
 TASK = Task(
