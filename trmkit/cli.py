@@ -141,8 +141,6 @@ def _leave_after(work) -> None:
     stdout and stderr are flushed here."""
     import traceback
 
-    from trmkit.errors import one_line
-
     try:
         code = work()
     except SystemExit as err:

@@ -43,16 +43,16 @@ def run(args: argparse.Namespace, cache_dir: Path | None = None) -> int:
     refuse_unanswerable(inputs, form, report)
     steps = parse_steps(args.steps, predictor.task, predictor.n_sup)
     stderr(steps.describe())
-    todo = [i for i in items if i.error is None]
-    answers, used = predictor.answer([i.x for i in todo], steps)
-    by_line = {id(i): a for i, a in zip(todo, answers)}
+    answerable = [i for i in items if i.error is None]
+    answers, used = predictor.answer([i.x for i in answerable], steps)
+    by_line = {id(i): a for i, a in zip(answerable, answers)}
     text = "".join(form.text(i, by_line.get(id(i))) for i in items)
     if args.out:
         with atomic_open(args.out, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
-    for line in summary(report, used, steps.fixed is None) + form.summary(todo, answers):
+    for line in summary(report, used, steps.fixed is None) + form.summary(answerable, answers):
         stderr(line)
     return 0
 

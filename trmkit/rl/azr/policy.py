@@ -37,22 +37,14 @@ import builtins
 import re
 from typing import Any
 
+from trmkit.rl import _worker_azr
 from trmkit.rl.check import UnsafeCode
 from trmkit.rl.sandbox import Policy
 
-# The worker (_worker_azr.AZR_MODULES, _worker_azr.AzrMode.builtins) lists the same; the sandbox
-# compares them with its handshake.
-AZR_MODULES = frozenset({
-    "array", "bisect", "cmath", "collections", "collections.abc", "copy", "decimal", "fractions",
-    "functools", "heapq", "itertools", "json", "math", "operator", "re", "statistics", "string",
-    "textwrap", "typing", "unicodedata"})
-_PLAIN = ("abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr",
-          "classmethod", "complex", "dict", "divmod", "enumerate", "filter", "float", "format",
-          "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len", "list",
-          "map", "max", "min", "next", "object", "oct", "ord", "pow", "property", "range",
-          "repr", "reversed", "round", "set", "slice", "sorted", "staticmethod", "str", "sum",
-          "super", "tuple", "type", "zip", "NotImplemented", "Ellipsis")
-_WRAPPED = ("__build_class__", "__import__", "print", "getattr", "hasattr", "setattr", "delattr")
+# One list each, the worker's (standard library only, loaded by path in the sandbox); the sandbox still
+# compares what the worker reports in its handshake with these.
+AZR_MODULES = frozenset(_worker_azr.AZR_MODULES)
+_PLAIN, _WRAPPED = _worker_azr.AZR_PLAIN, _worker_azr.AZR_WRAPPED
 _EXCEPTIONS = tuple(n for n, v in vars(builtins).items()
                     if isinstance(v, type) and issubclass(v, Exception) and not n.startswith("_"))
 AZR_BUILTINS = frozenset(_PLAIN + _EXCEPTIONS + _WRAPPED)
