@@ -32,6 +32,7 @@ from trmkit.email.label import fit_model, open_pool, random_rows, save_answer
 from trmkit.email.label_ask import oracle_labels
 from trmkit.email.label_store import apply_answers
 from trmkit.email.linear_fit import macro_f1, multi_hot
+from trmkit.names import current_names
 
 SOURCE = ["--source", "../shared/data/email/spamassassin", "--label-map", "configs/email-sa3.yaml"]
 
@@ -53,7 +54,7 @@ def nb_em_f1(store: Path) -> float:
     pool = open_pool(store)
     weight, bias = fit_model(pool, {}, log=lambda line: None)
     test = open_split(store / "test")
-    bag = int(pool.meta["pooled_positions"])
+    bag = int(current_names(pool.meta)["part_positions"])  # stores built before: pooled_positions
     preds = (torch.sparse.mm(multi_hot(np.asarray(test.inputs)[:, -bag:], pool.vocab), weight) + bias).argmax(1)
     labels = torch.from_numpy(np.asarray(test.labels)[:, 0].astype(np.int64))
     return macro_f1(labels, preds, len(pool.classes))

@@ -11,7 +11,7 @@ Arms (each a set of overrides of configs/email-fast.yaml):
     base        today's preset: the bag's model fitted by naive Bayes with EM, the recursion beside it
     init        the same, starting from the pretraining run (train.init_from)
     init-off    init with the recursion off (n=1, N_sup=1): what the recursion adds after pretraining
-    alone       the TRM without the fitted bag model (model.input_linear=false)
+    alone       the TRM without the fitted bag model (email.input_linear=false)
     alone-init  alone, starting from the pretraining run
 
     python benchmarks/email_pretrain.py --corpus sa3 --corpus tr --corpus lists --k 10 --k 20 --draws 1 \\
@@ -32,7 +32,7 @@ from email_few_labels import CORPORA, build, trmkit  # noqa: E402
 
 ARMS = {"base": [], "init": ["train.init_from={pre}"],
         "init-off": ["train.init_from={pre}", "model.L_cycles=1", "model.halt_max_steps=1"],
-        "alone": ["model.input_linear=false"], "alone-init": ["model.input_linear=false", "train.init_from={pre}"]}
+        "alone": ["email.input_linear=false"], "alone-init": ["email.input_linear=false", "train.init_from={pre}"]}
 COMMON = ["train.early_stop_evals=0", "train.restore_best=false", "run.threads=1"]
 
 

@@ -51,14 +51,14 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trmkit.train.step import train_step
+    from trmkit.train.loop import run_step
 
     s = session(args.batch, args.dtype, args.config)
 
     def step(fused: bool) -> float:
         s.model.net.fused_inference = fused
         t0 = time.perf_counter()
-        train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+        run_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
         return time.perf_counter() - t0
 
     for _ in range(args.warmup):

@@ -17,7 +17,7 @@ N_sup=16, 16 puzzle-embedding positions, halting exploration 0.1), batch --batch
   sides (the same update rule), so the optimizer costs the same. Batches are random
   Sudoku-shaped tensors (tokens 1-10), a fresh one each step, as its loader would give.
   Its `forward_dtype` is set to --dtype (the reference casts weights and activations itself).
-- trmkit: `trmkit.bench`'s session (the training loop's model, optimizers and `train_step`),
+- trmkit: `trmkit.bench`'s session (the training loop's model, optimizers and `run_step`, the step the loop runs),
   autocast in --dtype, the whole batch in one micro-batch, no activation checkpointing, and
   the planner's `fused_inference` choice (on for eager bf16 on a CPU: no-gradient calls use
   oneDNN's fused matmuls; off under --compile).
@@ -101,7 +101,7 @@ def trmkit_step_fn(batch: int, dtype: str, compile_model: bool, overrides: list[
     sys.path.insert(0, str(ROOT))
     from trmkit import config as config_mod
     from trmkit.bench.session import bench_settings, build_session
-    from trmkit.train.step import train_step
+    from trmkit.train.loop import run_step
 
     cfg = config_mod.load(ROOT / "configs" / "sudoku-paper.yaml", [
         f"train.batch_size={batch}", f"train.micro_batch={batch}", f"run.dtype={dtype}",
@@ -111,7 +111,7 @@ def trmkit_step_fn(batch: int, dtype: str, compile_model: bool, overrides: list[
     s = build_session(cfg, bench_settings(cfg), compile_target="model")
 
     def step():
-        train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+        run_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
 
     return step
 

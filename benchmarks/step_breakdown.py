@@ -7,7 +7,7 @@ Phases (wall time, median over --reps, after one warm-up step):
   backward         (loss / B).backward()
   optimizer        dense Adam-atan2 (or AdamW) + sparse sign-SGD + EMA update
 The phases re-run TRM.forward's steps by hand (embed, latent_recursion, heads),
-so keep them in step with trmkit/model/trm.py. Then one whole train_step runs
+so keep them in step with trmkit/model/trm.py. Then one whole step (the loop's run_step) runs
 under torch.profiler and the top ops by self CPU time are printed.
 
     python benchmarks/step_breakdown.py --dtype float32 --threads 2 --batch 32
@@ -28,7 +28,8 @@ from paper_sudoku import paper_config
 from trmkit import config as config_mod
 from trmkit.bench.session import BenchSession, bench_settings, build_session
 from trmkit.model.losses import act_loss
-from trmkit.train.step import apply_updates, refill, train_step
+from trmkit.train.loop import run_step
+from trmkit.train.step import apply_updates, refill
 
 
 def phase_times(s: BenchSession) -> dict[str, float]:
@@ -38,7 +39,7 @@ def phase_times(s: BenchSession) -> dict[str, float]:
     B = st.carry.z_H.shape[0]
     marks = [time.perf_counter()]
     with s.ctx.autocast():
-        x, pooled, linear = model.embed_input(st.inputs, st.puzzle_ids)
+        x, reads = model.embed_input(st.inputs, st.puzzle_ids)
         positions = model._positions(x.shape[1])
         z_H, z_L = st.carry.z_H, st.carry.z_L
         with torch.no_grad():
@@ -46,7 +47,7 @@ def phase_times(s: BenchSession) -> dict[str, float]:
                 z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
         marks.append(time.perf_counter())
         z_H, z_L = model.latent_recursion(z_H, z_L, x, positions)
-        logits = model.output(z_H, pooled, linear)
+        logits = model.output(z_H, reads)
         q = model.halt_logit(z_H)
     marks.append(time.perf_counter())
     loss, _ = act_loss(logits, st.labels, q, cfg.halt_loss_weight, s.ctx.label_weights)
@@ -76,7 +77,7 @@ def main() -> int:
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
     s = build_session(cfg, bench_settings(cfg))
-    train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)  # warm-up
+    run_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)  # warm-up
     runs = [phase_times(s) for _ in range(args.reps)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     total = sum(med.values())
@@ -86,7 +87,7 @@ def main() -> int:
         print(f"  {k:15s} {v:8.3f} s  {v / total:6.1%}")
     print(f"  {'total':15s} {total:8.3f} s")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        train_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
+        run_step(s.model, s.state, s.stream, s.opts, s.cfg.train, s.ctx)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
     return 0
 

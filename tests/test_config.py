@@ -93,15 +93,34 @@ def test_every_training_preset_loads():
         assert cfg.train.max_steps > 0, path
 
 
-def test_old_bag_keys_load_under_their_current_names():
-    """Configs, runs and bundles written before the bag model's fields were named generically still load."""
+def test_old_bag_keys_load_under_their_current_names_and_sections(capsys):
+    """Configs, runs and bundles written before the bag model's fields were named generically (bag_*), and
+    before the e-mail settings left the model section (model.input_linear* -> email.*), still load."""
+    from trmkit.email.config import EmailModelConfig, email_config
+    from trmkit.registry import SECTIONS
+
     old = {"model": {"num_classes": 3, "bag_positions": 4, "bag_head": False, "bag_linear": True, "bag_linear_c": 0,
                      "bag_linear_weighting": "auto", "bag_linear_folds": 0}}
-    cfg = config_mod.from_dict(old)
-    assert (cfg.model.pooled_positions, cfg.model.input_linear, cfg.model.input_linear_c,
-            cfg.model.input_linear_weighting) == (4, True, 0.0, "auto")
-    over = config_mod.from_dict(config_mod.apply_overrides({}, ["model.bag_linear_c=3"]))
-    assert over.model.input_linear_c == 3.0
-    assert names.current_name("bag_head.weight") == "pooled_head.weight"
-    assert names.current_name("bag_linear_fold_weight") == "input_linear_fold_weight"
+    for apps in (SECTIONS, None):  # the CLI's reader, and one not given the sections (checked when read)
+        cfg = config_mod.from_dict(old, apps=apps)
+        assert cfg.model.part_positions == 4
+        assert email_config(cfg) == EmailModelConfig(input_linear=True, input_linear_c=0.0,
+                                                     input_linear_weighting="auto")
+    assert "model.input_linear, model.input_linear_c, model.input_linear_weighting are now email.input_linear" \
+        in capsys.readouterr().err  # the unset ones (bag_head: false, folds 0) say nothing
+    run = {"model": {"num_classes": 3, "pooled_positions": 4, "pooled_head": True, "input_linear_folds": 2,
+                     "input_linear": True}}
+    moved = email_config(config_mod.from_dict(run, apps=SECTIONS))
+    assert (moved.pooled_head, moved.input_linear_folds) == (True, 2)
+    over = config_mod.from_dict(config_mod.apply_overrides({}, ["model.bag_linear_c=3"]), apps=SECTIONS)
+    assert email_config(over).input_linear_c == 3.0
+    both = config_mod.apply_overrides({"model": {"input_linear_c": 10}}, ["model.input_linear_c=3"])
+    assert email_config(config_mod.from_dict(both, apps=SECTIONS)).input_linear_c == 3.0  # the override wins
+    with pytest.raises(ConfigError, match="email.input_linear_weighting='tfidf'"):
+        config_mod.from_dict({"email": {"input_linear_weighting": "tfidf"}}, apps=SECTIONS)
+    with pytest.raises(ConfigError, match="email.input_linear_cc"):
+        config_mod.from_dict({"email": {"input_linear_cc": 1}}, apps=SECTIONS)
+    assert names.current_name("bag_head.weight") == "parts.0.pooled_head.weight"
+    assert names.current_name("bag_linear_fold_weight") == "parts.0.linear_fold_weight"
+    assert names.current_name("bag_linear_c") == "input_linear_c"  # a config key: renamed, not a weight
     assert names.current_name("bag_headroom") == "bag_headroom"  # only whole names and their suffixes

@@ -2,6 +2,7 @@
 SECTIONS), the rl section lives in trmkit/rl/config.py, and its keys read and write as before."""
 
 import ast
+import difflib
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from trmkit.rl.config import APPS, RLConfig, rl_config, with_rl
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "selfplay-laptop.yaml"
 OLD_RUN = Path(__file__).parent / "fixtures" / "selfplay_run_config.yaml"  # written when rl was a Config field
+MAZE_KNOBS = "  hardness: 0\n  easy_share: 0.5\n  long_share: 0.0\n"
+EMAIL_KNOBS = ("  pooled_head: false\n  input_linear: false\n  input_linear_c: 1.0\n  input_linear_weighting: binary\n"
+               "  input_linear_folds: 0\n  input_linear_unlabelled: 'off'\n")
 
 
 def test_config_py_neither_defines_the_rl_section_nor_imports_an_application():
@@ -67,11 +71,20 @@ def test_an_old_runs_config_yaml_with_an_rl_section_still_loads():
     assert rl_config(typed).seed_pool == 9 and rl_config(typed).pool_val == 3
     assert typed.model.mixer == "attention" and typed.run.dir == "runs/selfplay"
     old_text = OLD_RUN.read_text().split("\n", 1)[1]  # less its comment line
-    unset_maze_knobs = "  hardness: 0\n  easy_share: 0.5\n  long_share: 0.0\n"  # since moved to maze: (unset)
-    assert unset_maze_knobs in old_text
-    old_text = old_text.replace(unset_maze_knobs, "")
-    assert config_mod.to_yaml(typed) == old_text  # written back byte for byte, less the knobs left unset
-    assert config_mod.to_yaml(config_mod.load(OLD_RUN)) == old_text
+    for moved in (MAZE_KNOBS, EMAIL_KNOBS):  # since moved to the maze: and email: sections, unset there
+        assert moved in old_text
+        old_text = old_text.replace(moved, "")
+    old_text = old_text.replace("  pooled_positions: 0\n", "  part_positions: 0\n")  # its new name
+    lenient = config_mod.to_yaml(config_mod.load(OLD_RUN))
+    assert lenient == old_text  # written back byte for byte, less the knobs left unset, under current names
+    written = config_mod.to_yaml(typed)  # the typed section writes the keys added since, at their defaults
+    ops = difflib.SequenceMatcher(None, old_text.splitlines(), written.splitlines()).get_opcodes()
+    assert {op for op, *_ in ops} == {"equal", "insert"}  # nothing changed or lost, only lines added
+    added = [line for op, _, _, j1, j2 in ops if op == "insert" for line in written.splitlines()[j1:j2]]
+    defaults = config_mod.dataclasses.asdict(RLConfig())
+    for line in added:
+        key, value = line.strip().split(": ", 1)
+        assert str(defaults[key]) == value.strip("'") or (value == "''" and defaults[key] == ""), line
 
 
 def test_a_checkpoints_embedded_config_from_before_still_matches():
@@ -81,8 +94,9 @@ def test_a_checkpoints_embedded_config_from_before_still_matches():
 
     embedded = yaml.safe_load(OLD_RUN.read_text())  # what a checkpoint stored: Config.to_dict() then
     for apps in (APPS, None):
-        current = config_mod.load(OLD_RUN, apps=apps).to_dict()
-        assert diff_configs(with_new_defaults(embedded, current), current) == []
+        cfg = config_mod.load(OLD_RUN, apps=apps)
+        current = cfg.to_dict()  # resume passes the sections' classes, for the keys they added since
+        assert diff_configs(with_new_defaults(embedded, current, config_mod.section_types(cfg)), current) == []
 
 
 def test_a_config_without_the_section_writes_none_and_reads_the_defaults():

@@ -1,15 +1,46 @@
-"""The generic core carries no application's furniture: the data and train sections hold only fields on a
+"""The generic core carries no application's furniture: the model, data and train sections hold only fields on a
 reviewed list, each with the reason more than one task (or every run) uses it, and config.py, model/, train/,
 data/ and plan/ import no task or application package. A task's own knobs go in its own section, registered
-in trmkit/registry.py's SECTIONS (the maze generator's: trmkit/tasks/maze/config.py)."""
+in trmkit/registry.py's SECTIONS (the maze generator's: trmkit/tasks/maze/config.py; the e-mail model part's:
+trmkit/email/config.py), and its model pieces are parts (model/parts.py)."""
 
 import ast
 import dataclasses
 from pathlib import Path
 
-from trmkit.config import DataConfig, TrainConfig
+from tests.model.test_parts import APP_FIELD
+from trmkit.config import DataConfig, ModelConfig, TrainConfig
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trmkit"
+
+MODEL_FIELDS = {
+    "hidden_size": "the width of every model",
+    "num_heads": "the attention mixer's heads (any task)",
+    "L_layers": "the depth of every model's network",
+    "H_cycles": "the recursion of every model (T)",
+    "L_cycles": "the recursion of every model (n)",
+    "halt_max_steps": "the supervision steps of every model (N_sup)",
+    "halt_exploration_prob": "every model's ACT halting",
+    "mixer": "every model's sequence mixer",
+    "expansion": "every model's SwiGLU width",
+    "mlp_width": "the same width, set explicitly",
+    "conv_dense": "the conv mixer of any grid store",
+    "grid_height": "the conv mixer's grid, from any grid store's meta.json",
+    "grid_width": "the same grid",
+    "puzzle_emb_len": "the puzzle prefix of every store with puzzle ids",
+    "puzzle_emb_dim": "the same prefix",
+    "rms_norm_eps": "every model's norm",
+    "rope_theta": "the attention mixer's positions",
+    "halt_loss_weight": "every model's loss",
+    "vocab_size": "every store's meta.json",
+    "seq_len": "every store's meta.json",
+    "num_puzzle_ids": "every store's meta.json",
+    "num_classes": "any classify store's meta.json (the class head)",
+    "loss": "every model's answer distribution",
+    "part_positions": "any store's meta.json: its last positions, read by the task's model part, not the mixer",
+    "answer_vocab": "any grid store's meta.json: a token head over the vocabulary's first ids",
+    "trace_answers": "data.trace's answer ids (any generator that declares trace tokens); read by its task's part",
+}
 
 DATA_FIELDS = {
     "path": "every store-backed run reads a store",
@@ -57,10 +88,14 @@ GENERIC = [PACKAGE / "config.py", *(PACKAGE / part for part in ("model", "train"
 APPLICATIONS = ("trmkit.tasks", "trmkit.email", "trmkit.rl", "trmkit.registry", "trmkit.api", "trmkit.cli")
 
 
-def test_the_data_and_train_sections_hold_only_reviewed_generic_fields():
+def test_the_model_data_and_train_sections_hold_only_reviewed_generic_fields():
+    assert [f.name for f in dataclasses.fields(ModelConfig)] == list(MODEL_FIELDS)
     assert [f.name for f in dataclasses.fields(DataConfig)] == list(DATA_FIELDS)
     assert [f.name for f in dataclasses.fields(TrainConfig)] == list(TRAIN_FIELDS)
-    assert all(reason.strip() for reason in (*DATA_FIELDS.values(), *TRAIN_FIELDS.values()))
+    assert all(reason.strip() for reason in (*MODEL_FIELDS.values(), *DATA_FIELDS.values(), *TRAIN_FIELDS.values()))
+    # an application's names (APP_FIELD): the e-mail bag's none (its own section, `email:`); the trace's answer
+    # ids are data.trace's, a generic field, and only the maze task's part reads them (model/ never does)
+    assert [name for name in MODEL_FIELDS if APP_FIELD.match(name)] == ["trace_answers"]
 
 
 def imported(path: Path) -> set[str]:

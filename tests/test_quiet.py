@@ -138,9 +138,9 @@ def test_a_long_fit_before_training_says_each_candidate_and_each_em_round(monkey
     rng = np.random.default_rng(0)
     y = torch.from_numpy(np.repeat([0, 1], 20))
     ids = rng.integers(1, 30, size=(40, 6)) + 30 * y.numpy()[:, None]  # each class its own ids
-    cfg = SimpleNamespace(input_linear_weighting="auto", vocab_size=64, num_classes=2)
+    cfg = SimpleNamespace(vocab_size=64, num_classes=2)
     lines: list[str] = []
-    linear_fit.choose(cfg, ids, y, torch.ones(40), linear_fit.document_idf(ids, 64), 0.0, lines.append)
+    linear_fit.choose("auto", cfg, ids, y, torch.ones(40), linear_fit.document_idf(ids, 64), 0.0, lines.append)
     steps = [line for line in lines if "cross-validation" in line]
     assert len(steps) == 8 and steps[0].startswith("model: input_linear cross-validation 1/8: binary C=1 macro-F1")
     lines.clear()

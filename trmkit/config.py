@@ -76,26 +76,15 @@ class ModelConfig:
     num_puzzle_ids: int = 0  # filled from the dataset's meta.json
     num_classes: int = 0  # a classify task's classes (meta.json): one label from the mean of z_H (0 = a token each)
     loss: str = "stablemax"  # the answer's distribution: "stablemax" (the paper's) or "softmax" (model/losses.py)
-    pooled_positions: int = 0  # the last positions hold ids that are pooled (their mean embedding) and added to
-    #                            every token position's input, not mixed (the store's meta.json)
+    part_positions: int = 0  # the input's last positions, read by the task's model part instead of the mixer
+    #                          (model/parts.py; e-mail's bag of n-grams), from the store's meta.json
     answer_vocab: int = 0  # a token head answers with the vocabulary's first N ids only (meta.json; 0 = all)
     trace_answers: str = ""  # data.trace sets it: the answer id each extra output stands for ("2,2,5,5")
-    pooled_head: bool = False  # the class logits also read the pooled positions by a linear map (beside the recursion)
-    input_linear: bool = False  # the class logits also add a linear model of the pooled ids, fitted by the store's
-    #                             task before training (e-mail: docs/email.md), then frozen (model/input_linear.py)
-    input_linear_c: float = 1.0  # that fit's inverse regularisation strength (scikit-learn's C); 0: chosen from
-    #                              1, 3, 10, 30 by 5-fold cross-validated macro-F1 on the training split (printed)
-    input_linear_weighting: str = "binary"  # its features: "binary" (1 per id), "idf" (the training rows' idf,
-    #                                         L2-normalised, as TF-IDF), "auto": the better cross-validated one
-    input_linear_folds: int = 0  # K >= 2: also K fits each without one fold of the training split; training
-    #                              steps add each row's out-of-fold logits (stacking), evaluation the whole fit's
-    input_linear_unlabelled: str = "off"  # a store's unlabelled rows (e-mail --keep-labels): "em" (naive Bayes by
-    #                                       EM on them, email/nb_em.py), "self_train", or "off" (docs/email.md)
 
     @property
     def network_positions(self) -> int:
-        """S: positions the network sees: the puzzle prefix and the sequence, less the pooled positions."""
-        return self.puzzle_emb_len + self.seq_len - self.pooled_positions
+        """S: positions the network sees: the puzzle prefix and the sequence, less the part's positions."""
+        return self.puzzle_emb_len + self.seq_len - self.part_positions
 
     def __post_init__(self) -> None:
         self._check_mixer()
@@ -110,7 +99,7 @@ class ModelConfig:
         if self.num_classes < 0 or self.num_classes == 1:
             raise ConfigError(f"model.num_classes={self.num_classes}: a classifier needs at least 2 classes "
                               "(0 = a grid task's token head)")
-        self._check_pooled()
+        self._check_outputs()
         if self.mlp_width < 0:
             raise ConfigError(f"model.mlp_width={self.mlp_width}: give a width >= 1, or 0 for the expansion rule")
 
@@ -119,7 +108,7 @@ class ModelConfig:
         """model.trace_answers as ints: the answer id of each output past the answer vocabulary."""
         return tuple(int(v) for v in self.trace_answers.split(",") if v.strip())
 
-    def _check_pooled(self) -> None:
+    def _check_outputs(self) -> None:
         ids = self.trace_answers.replace(",", " ").split()
         if (self.trace_answers and self.num_classes) or not all(v.isdigit() and (
                 int(v) < (self.answer_vocab or self.vocab_size) or not self.vocab_size) for v in ids):
@@ -127,24 +116,11 @@ class ModelConfig:
                               "separated; the task sets them with data.trace (leave it empty otherwise)")
         if self.answer_vocab and (self.num_classes or self.answer_vocab > self.vocab_size > 0):
             raise ConfigError(f"model.answer_vocab={self.answer_vocab}: a token head's first ids, at most vocab_size")
-        if self.pooled_positions and self.pooled_positions >= self.seq_len > 0:  # a token head answers the others
-            raise ConfigError(f"model.pooled_positions={self.pooled_positions}: pooled positions need fewer "
-                              "positions than model.seq_len")
-        # (input_linear without pooled positions: refused by the task that fits it, naming the rebuild)
-        if self.pooled_head and self.seq_len and not self.pooled_positions:  # both from meta.json
-            raise ConfigError("model.pooled_head reads the pooled positions, and this store has none "
-                              "(model.pooled_positions comes from its meta.json): build a store with them "
-                              "(docs/tasks.md names the task options that add them)")
-        if self.input_linear_folds and (self.input_linear_folds < 2 or not self.input_linear):
-            raise ConfigError(f"model.input_linear_folds={self.input_linear_folds}: give 0 (off) or K >= 2 folds, "
-                              "with model.input_linear=true")
-        for key, allowed in (("input_linear_weighting", ("binary", "idf", "auto")),
-                             ("input_linear_unlabelled", ("off", "em", "self_train")), ("loss", LOSSES)):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
-        if self.input_linear_c < 0:
-            raise ConfigError(f"model.input_linear_c={self.input_linear_c} must be > 0 (scikit-learn's C: 1.0 by "
-                              "default) or 0 (chosen by cross-validation on the training split)")
+        if self.part_positions < 0 or self.part_positions >= self.seq_len > 0:  # the mixer needs one position
+            raise ConfigError(f"model.part_positions={self.part_positions}: a model part's positions need fewer "
+                              "positions than model.seq_len (both come from the store's meta.json)")
+        if self.loss not in LOSSES:
+            raise ConfigError(f"model.loss={self.loss!r}: use one of {', '.join(LOSSES)}")
 
     def _check_mixer(self) -> None:
         if self.mixer not in ("mlp_t", "attention", "conv"):

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-# Model keys under former names (from before the e-mail bag model left the model's names): old prefix -> new,
-# for config keys, weights (bag_head.weight -> pooled_head.weight) and meta.json.
-RENAMED = {"bag_positions": "pooled_positions", "bag_head": "pooled_head", "bag_linear": "input_linear"}
+# Model keys under former names: old prefix -> new, for config keys, weights (bag_head.weight ->
+# pooled_head.weight) and meta.json. The e-mail bag's positions became the generic part_positions (the input's
+# last positions a model part reads instead of the mixer: model/parts.py).
+RENAMED = {"bag_positions": "part_positions", "pooled_positions": "part_positions", "bag_head": "pooled_head",
+           "bag_linear": "input_linear"}
+
+# Weights that moved into a model part (model/parts.py): former name -> current. The e-mail bag's head and
+# frozen linear model are the one part of an e-mail model (trmkit/email/parts.py), so parts.0.
+PART_WEIGHTS = {"pooled_head.weight": "parts.0.pooled_head.weight",
+                **{f"input_linear_{n}": f"parts.0.linear_{n}"
+                   for n in ("weight", "bias", "idf", "use_idf", "fold_weight", "fold_bias")}}
 
 # Config keys that moved to the section of the one task that reads them: former dotted key -> (current dotted
 # key, the value every config written before the move holds when the key was left unset: said nothing, dropped).
@@ -18,14 +26,28 @@ MOVED: dict[str, tuple[str, Any]] = {
     "data.hardness": ("maze.hardness", 0),  # the maze generator's knobs (trmkit/tasks/maze/config.py)
     "data.easy_share": ("maze.easy_share", 0.5),
     "data.long_share": ("maze.long_share", 0.0),
+    # the e-mail bag's model settings (trmkit/email/config.py)
+    "model.pooled_head": ("email.pooled_head", False),
+    "model.input_linear": ("email.input_linear", False),
+    "model.input_linear_c": ("email.input_linear_c", 1.0),
+    "model.input_linear_weighting": ("email.input_linear_weighting", "binary"),
+    "model.input_linear_folds": ("email.input_linear_folds", 0),
+    "model.input_linear_unlabelled": ("email.input_linear_unlabelled", "off"),
 }
 
 
 def current_name(name: str) -> str:
     """A model key, weight or meta.json name under its current name: 'bag_linear_c' -> 'input_linear_c',
-    'bag_head.weight' -> 'pooled_head.weight'; any other name as it is."""
+    'pooled_positions' -> 'part_positions', 'bag_head.weight' -> 'parts.0.pooled_head.weight',
+    'input_linear_weight' -> 'parts.0.linear_weight' (and a weight's optimizer state with it); any other name
+    as it is. Every weight loader reads names through it (train/state.py, rundir.read_weights, the e-mail
+    bundle, train.init_from)."""
     for old, new in RENAMED.items():
         if name == old or name.startswith((old + "_", old + ".")):
+            name = new + name[len(old):]
+            break
+    for old, new in PART_WEIGHTS.items():  # a weight, or its optimizer state ('pooled_head.weight.exp_avg')
+        if name == old or name.startswith(old + "."):
             return new + name[len(old):]
     return name
 
@@ -42,6 +64,8 @@ def with_current_keys(raw: Mapping[str, Any], where: str = "config",
     unset is dropped (a run's config.yaml lists every key); `say` gets one line naming the others. Given
     under both names, the current one is kept."""
     out = {name: dict(v) if isinstance(v, Mapping) else v for name, v in raw.items()}
+    if isinstance(out.get("model"), dict):  # renamed first, then moved: model.bag_linear -> email.input_linear
+        out["model"] = current_names(out["model"])
     used = []
     for old, (new, unset) in MOVED.items():
         (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")

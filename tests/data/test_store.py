@@ -89,10 +89,13 @@ def test_round_trip_dtypes_memmap_and_meta(root: Path) -> None:
     assert raw["vocab"] == VOCAB  # decodable without trmkit
 
 
-def test_a_meta_json_written_before_the_rename_reads_its_pooled_positions(root: Path) -> None:
+def test_a_meta_json_written_before_the_rename_reads_its_part_positions(root: Path) -> None:
+    """The e-mail bag's positions: bag_positions, then pooled_positions, now the generic part_positions."""
     raw = json.loads((root / "train" / "meta.json").read_text())
-    assert store.StoreMeta.from_dict({**raw, "bag_positions": 2}).pooled_positions == 2
-    assert store.StoreMeta.from_dict({**raw, "pooled_positions": 2}).to_dict()["pooled_positions"] == 2
+    for former in ("bag_positions", "pooled_positions", "part_positions"):
+        meta = store.StoreMeta.from_dict({**raw, former: 2})
+        assert meta.part_positions == 2 and meta.to_dict()["part_positions"] == 2
+        assert former == "part_positions" or former not in meta.to_dict()
 
 
 def test_refuses_to_overwrite_other_directory(tmp_path: Path) -> None:

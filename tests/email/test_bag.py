@@ -1,5 +1,5 @@
 """The n-gram bag (email/bag.py): the whole message in fixed positions, idf from training only,
-pooled by the model (model.pooled_positions) and not mixed as positions."""
+pooled by the model's bag part (email/parts.py; model.part_positions) and not mixed as positions."""
 
 import dataclasses
 import math
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trmkit.config import ModelConfig
 from trmkit.email.bag import Bag, bag_text, bucket, ngrams
-from trmkit.model.trm import TRM
+from trmkit.email.config import EmailModelConfig
+from trmkit.email.parts import bag_part, model_of
 
 
 def test_ngrams_are_word_unigrams_and_bigrams():
@@ -127,11 +127,11 @@ def test_bag_text_sees_every_field_normalised():
 
 
 def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
-    cfg = ModelConfig(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
-                      mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1,
-                      num_classes=2, pooled_positions=4)
+    cfg = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+               mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1,
+               num_classes=2, part_positions=4)
     torch.manual_seed(0)
-    model = TRM(cfg)
+    model = model_of(cfg)
     assert model.seq_total == 6  # the network sees the 6 token positions only
     tokens = torch.randint(1, 20, (2, 6))
     bags = torch.tensor([[30, 31, 0, 0], [31, 30, 0, 0]])  # the same bag, in another order, pads after
@@ -146,7 +146,7 @@ def test_the_model_pools_the_bag_instead_of_mixing_its_positions():
 
 
 def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
-    """model.pooled_head: the class logits add a linear map of the scaled mean bag embedding; it starts at
+    """email.pooled_head: the class logits add a linear map of the scaled mean bag embedding; it starts at
     zero (the model begins as the one without it) and is refused without a bag."""
     import pytest
 
@@ -154,23 +154,23 @@ def test_the_bag_head_reads_the_pooled_bag_beside_the_recursion():
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=40, seq_len=10, num_puzzle_ids=1, num_classes=3)
-    with pytest.raises(ConfigError, match="model.pooled_positions comes from"):
-        ModelConfig(**base, pooled_head=True)  # seq_len from a store without a bag
+    with pytest.raises(ConfigError, match="model.part_positions comes from"):
+        model_of(base, {"pooled_head": True})  # seq_len from a store without a bag
     torch.manual_seed(0)
-    model = TRM(ModelConfig(**base, pooled_positions=4, pooled_head=True))
+    model = model_of({**base, "part_positions": 4}, {"pooled_head": True})
     x = torch.cat([torch.randint(1, 20, (2, 6)), torch.tensor([[30, 31, 0, 0], [32, 0, 0, 0]])], 1)
     ids, carry = torch.zeros(2, dtype=torch.long), model.initial_carry(2)
     _, _, before, _ = model(carry.z_H, carry.z_L, x, ids)
     with torch.no_grad():
-        model.pooled_head.weight.normal_()
+        bag_part(model).pooled_head.weight.normal_()
     _, _, after, _ = model(carry.z_H, carry.z_L, x, ids)
     emb = model.embed_tokens.weight
     pooled = torch.stack([emb[30:32].mean(0), emb[32]]) * model.embed_scale  # pads left out
-    torch.testing.assert_close(after - before, model.pooled_head(pooled).unsqueeze(1))
+    torch.testing.assert_close(after - before, bag_part(model).pooled_head(pooled).unsqueeze(1))
 
 
 def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_frozen():
-    """model.input_linear: fitted before training to the optimum of scikit-learn's class-balanced L2 logistic
+    """email.input_linear: fitted before training to the optimum of scikit-learn's class-balanced L2 logistic
     regression on the multi-hot bag (the same predicted probabilities), added to the class logits as
     buffers (not trained, saved with the weights), and refused without a bag."""
     import pytest
@@ -181,15 +181,13 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3)
-    with pytest.raises(ConfigError, match="model.pooled_positions comes from"):
-        ModelConfig(**base, pooled_head=True)
-    no_bag = TRM(ModelConfig(**base, input_linear=True))  # the e-mail task refuses it, naming the rebuild
+    no_bag = model_of(base, {"input_linear": True})  # the e-mail task refuses it, naming the rebuild
     store = SimpleNamespace(meta=SimpleNamespace(source="mail/", build={"label_map": "configs/email-sa3.yaml"}))
     with pytest.raises(ConfigError, match="trmkit data email --source mail/ --label-map configs/email-sa3.yaml "
                                           "--seq-len 32 --bag 1024 --out NEW_DIR"):
         linear_fit.before_training(no_bag, store, None, print)
-    with pytest.raises(ConfigError, match="input_linear_c"):
-        ModelConfig(**base, pooled_positions=4, input_linear=True, input_linear_c=-1)
+    with pytest.raises(ConfigError, match="email.input_linear_c=-1"):
+        EmailModelConfig(input_linear=True, input_linear_c=-1)
     rng = np.random.default_rng(0)
     n = 90
     y = rng.integers(0, 3, n)
@@ -203,42 +201,42 @@ def test_the_fitted_bag_linear_model_reaches_scikit_learns_optimum_and_stays_fro
     labels = np.full((n, 10), 3)
     labels[:, 0] = y
     torch.manual_seed(0)
-    model = TRM(ModelConfig(**base, pooled_positions=4, input_linear=True))
-    assert not any("input_linear" in name for name, _ in model.named_parameters())  # frozen: not trained
+    model = model_of({**base, "part_positions": 4}, {"input_linear": True})
+    assert not any("linear" in name for name, _ in model.named_parameters())  # frozen: not trained
     counts = np.bincount(y, minlength=3)
     weights = torch.tensor(n / (3 * counts), dtype=torch.float32)
     linear_fit.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
     x = linear_fit.multi_hot(bags, 60).to_dense().numpy()
     reference = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
-    ours = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    ours = torch.softmax(bag_part(model).linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=2e-3)
-    assert "input_linear_weight" in model.state_dict()  # saved and restored with the weights
+    assert "parts.0.linear_weight" in model.state_dict()  # saved and restored with the weights
     carry = model.initial_carry(n)
     _, _, logits, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
     with torch.no_grad():
-        model.input_linear_weight.zero_()
-        model.input_linear_bias.zero_()
+        bag_part(model).linear_weight.zero_()
+        bag_part(model).linear_bias.zero_()
     _, _, without, _ = model(carry.z_H, carry.z_L, torch.from_numpy(inputs), torch.zeros(n, dtype=torch.long))
     added = torch.softmax(logits[:, 0] - without[:, 0], 1).detach().numpy()  # the forward adds exactly the fitted model
     np.testing.assert_allclose(added, reference.predict_proba(x), atol=2e-3)
 
 
 def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not_see_the_message():
-    """model.input_linear_folds=K: K more fits, each the optimum without one fold (scikit-learn's, with the same
+    """email.input_linear_folds=K: K more fits, each the optimum without one fold (scikit-learn's, with the same
     sample weights); a training forward adds each message's out-of-fold logits, an evaluation the whole fit's."""
     import pytest
     from sklearn.linear_model import LogisticRegression
 
     from trmkit.config import ConfigError
     from trmkit.email import linear_fit
-    from trmkit.model import input_linear
+    from trmkit.email import input_linear
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                pooled_positions=4)
+                part_positions=4)
     for wrong in (dict(input_linear_folds=1, input_linear=True), dict(input_linear_folds=3)):
-        with pytest.raises(ConfigError, match="input_linear_folds"):
-            ModelConfig(**base, **wrong)
+        with pytest.raises(ConfigError, match="email.input_linear_folds"):
+            EmailModelConfig(**wrong)
     rng = np.random.default_rng(1)
     n = 120
     y = rng.integers(0, 3, n)
@@ -251,7 +249,7 @@ def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not
     labels = np.full((n, 10), 3)
     labels[:, 0] = y
     weights = torch.tensor(n / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
-    model = TRM(ModelConfig(**base, input_linear=True, input_linear_folds=3))
+    model = model_of(base, {"input_linear": True, "input_linear_folds": 3})
     out = linear_fit.fit(model, inputs, labels, weights, c=1.0, log=lambda m: None)
     fold = input_linear.fold_of(torch.from_numpy(bags), 3).numpy()
     assert set(fold) == {0, 1, 2}
@@ -264,12 +262,12 @@ def test_out_of_fold_fits_give_training_steps_the_logits_of_a_model_that_did_not
                                                                      sample_weight=weights.numpy()[y[kept]])
         expected[~kept] = ref.predict_proba(x[~kept])
     model.train()
-    oof = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    oof = torch.softmax(bag_part(model).linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(oof, expected, atol=2e-3)
     assert out["out_of_fold_accuracy"] == pytest.approx(float((expected.argmax(1) == y).mean()))
     assert out["out_of_fold_accuracy"] < out["train_accuracy"]  # the point: it sees errors the whole fit hides
     model.eval()
-    whole = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    whole = torch.softmax(bag_part(model).linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     full = LogisticRegression(C=1.0, max_iter=5000, tol=1e-8).fit(x, y, sample_weight=weights.numpy()[y])
     np.testing.assert_allclose(whole, full.predict_proba(x), atol=2e-3)
 
@@ -289,7 +287,7 @@ def _noisy_bags(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_validated_fit():
-    """model.input_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
+    """email.input_linear_weighting=idf: the fit is scikit-learn's logistic regression on TfidfTransformer's
     vectors of the binary bags (smooth idf from the training bags, L2 norm); weighting=auto with C=0 scores
     2 x 4 candidates by 5-fold cross-validation on the training split (as scikit-learn's logistic regression
     and f1_score score them on the same folds) and keeps the best, refitted on the whole split."""
@@ -303,21 +301,21 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_va
 
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                pooled_positions=4, input_linear=True)
-    with pytest.raises(ConfigError, match="input_linear_weighting"):
-        ModelConfig(**base, input_linear_weighting="tfidf")
+                part_positions=4)
+    with pytest.raises(ConfigError, match="email.input_linear_weighting='tfidf'"):
+        EmailModelConfig(input_linear=True, input_linear_weighting="tfidf")
     inputs, labels, bags = _noisy_bags(2, 120)
     y = labels[:, 0]
     weights = torch.tensor(120 / (3 * np.bincount(y, minlength=3)), dtype=torch.float32)
-    model = TRM(ModelConfig(**base, input_linear_weighting="idf"))
+    model = model_of(base, {"input_linear": True, "input_linear_weighting": "idf"})
     linear_fit.fit(model, inputs, labels, weights, c=10.0, log=lambda m: None)
     tfidf = TfidfTransformer().fit(linear_fit.multi_hot(bags, 60).to_dense().numpy())
     x = tfidf.transform(linear_fit.multi_hot(bags, 60).to_dense().numpy())
     reference = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000, tol=1e-8).fit(x, y)
-    ours = torch.softmax(model.input_linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
+    ours = torch.softmax(bag_part(model).linear_logits(torch.from_numpy(inputs)), 1).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(x), atol=3e-3)
 
-    auto = TRM(ModelConfig(**base, input_linear_weighting="auto", input_linear_c=0))
+    auto = model_of(base, {"input_linear": True, "input_linear_weighting": "auto", "input_linear_c": 0})
     lines: list[str] = []
     out = linear_fit.fit(auto, inputs, labels, weights, c=0.0, log=lines.append)
     assert "input_linear chose" in lines[0] and lines[0].count(" C=") == 9  # the choice and all 8 candidates
@@ -332,18 +330,19 @@ def test_idf_features_are_the_bags_tfidf_vector_and_auto_takes_the_best_cross_va
                     features[folds != k], y[folds != k], sample_weight=weights.numpy()[y[folds != k]])
                 pred[folds == k] = fitted.predict(features[folds == k])
             reference[weighting, c] = f1_score(y, pred, average="macro")
-    _, _, ours_scores = linear_fit.choose(auto.cfg, bags, torch.from_numpy(y), weights[y],
+    _, _, ours_scores = linear_fit.choose("auto", auto.cfg, bags, torch.from_numpy(y), weights[y],
                                           linear_fit.document_idf(bags, 60), 0.0, lambda m: None)
     for key, value in reference.items():  # the same out-of-fold predictions, up to a message at a border
         assert ours_scores[key] == pytest.approx(value, abs=0.02), key
     assert len(set(np.round(list(reference.values()), 3))) > 1  # the candidates differ: the choice means something
     assert reference[out["weighting"], out["c"]] >= max(reference.values()) - 0.02
     assert (out["weighting"], out["c"]) == max(ours_scores, key=ours_scores.get)
-    fixed = TRM(ModelConfig(**base, input_linear_weighting=out["weighting"], input_linear_c=out["c"]))
+    fixed = model_of(base, {"input_linear": True, "input_linear_weighting": out["weighting"],
+                            "input_linear_c": out["c"]})
     linear_fit.fit(fixed, inputs, labels, weights, c=out["c"], log=lambda m: None)
-    torch.testing.assert_close(auto.input_linear_logits(torch.from_numpy(inputs)),
-                               fixed.input_linear_logits(torch.from_numpy(inputs)))  # the chosen fit, on all
-    assert float(auto.state_dict()["input_linear_use_idf"]) == float(out["weighting"] == "idf")
+    torch.testing.assert_close(bag_part(auto).linear_logits(torch.from_numpy(inputs)),
+                               bag_part(fixed).linear_logits(torch.from_numpy(inputs)))  # the chosen fit, on all
+    assert float(auto.state_dict()["parts.0.linear_use_idf"]) == float(out["weighting"] == "idf")
 
 
 def test_the_auto_choice_folds_are_stratified_and_its_ties_go_to_the_first_candidate():
@@ -364,14 +363,14 @@ def test_the_auto_choice_folds_are_stratified_and_its_ties_go_to_the_first_candi
     bags[:, 1] = 50 + np.arange(n) % 7  # noise shared across classes
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=60, seq_len=10, num_puzzle_ids=1, num_classes=3,
-                pooled_positions=4, input_linear=True, input_linear_weighting="auto", input_linear_c=0)
-    auto = TRM(ModelConfig(**base))
+                part_positions=4)
+    auto = model_of(base, {"input_linear": True, "input_linear_weighting": "auto", "input_linear_c": 0})
     labels = np.full((n, 10), 3)
     labels[:, 0] = labels_
     out = linear_fit.fit(auto, np.concatenate([np.ones((n, 6), np.int64), bags], 1), labels, None, c=0.0,
                          log=lambda m: None)
     assert (out["weighting"], out["c"]) == ("binary", linear_fit.C_GRID[0])
-    assert float(auto.state_dict()["input_linear_use_idf"]) == 0.0
+    assert float(auto.state_dict()["parts.0.linear_use_idf"]) == 0.0
 
 
 def test_counting_the_word_bag_stays_bounded_and_keeps_the_frequent_ngrams(monkeypatch):

@@ -201,7 +201,7 @@ def test_a_bag_store_trains_exports_and_predicts_with_sources_and_thresholds(tra
     assert cli.main(["data", "email", "--source", str(source), "--label-map", str(ROOT / "configs/email-sa3.yaml"),
                      "--seq-len", "32", "--bag", "24", "--vocab-size", "2000", "--out", str(store)]) == 0
     meta = json.loads((store / "train" / "meta.json").read_text())
-    assert meta["seq_len"] == 32 + 24 and meta["pooled_positions"] == 24
+    assert meta["seq_len"] == 32 + 24 and meta["part_positions"] == 24
     (tmp_path / "tiny.yaml").write_text(TINY.replace("max_steps: 100", "max_steps: 20"))
     assert cli.main(["train", str(tmp_path / "tiny.yaml"), f"run.dir={run}", f"data.path={store}"]) == 0
     assert cli.main(["email", "export", str(run), "--out", str(bundle)]) == 0
@@ -411,10 +411,8 @@ def test_the_classify_mailbox_example_runs_on_a_run(trained, tmp_path):
 
 
 def test_a_bundle_written_before_the_renames_predicts_as_it_did(trained, tmp_path, capsys):
-    """A bundle whose config.json names the bag's model keys as bundles did before (bag_*) loads under
-    the current names and predicts the same probabilities."""
-    from trmkit.names import RENAMED
-
+    """A bundle whose config.json names the bag's model keys as bundles did before (bag_*, in the model section,
+    before the e-mail settings had their own) loads under the current names and predicts the same probabilities."""
     tmp, source = trained
     bundle = tmp_path / "bundle"
     assert cli.main(["email", "export", str(tmp / "run"), "--out", str(bundle)]) == 0
@@ -423,10 +421,15 @@ def test_a_bundle_written_before_the_renames_predicts_as_it_did(trained, tmp_pat
     assert cli.main(["email", "predict", str(bundle), eml]) == 0
     now = json.loads(capsys.readouterr().out)
     config = json.loads((bundle / "config.json").read_text())
-    former = {new: old for old, new in RENAMED.items()}
+    former = {"part_positions": "bag_positions", "pooled_head": "bag_head", "input_linear": "bag_linear"}
+    from dataclasses import asdict
+
+    from trmkit.email.config import EmailModelConfig
+
+    model = {**config["model"], **asdict(EmailModelConfig()), **config.pop("email")}  # one section, every key
     config["model"] = {next((former[n] + k[len(n):] for n in former if k.startswith(n)), k): v
-                       for k, v in config["model"].items()}
-    assert "bag_positions" in config["model"] and "pooled_positions" not in config["model"]
+                       for k, v in model.items()}
+    assert {"bag_positions", "bag_linear_c"} <= set(config["model"]) and "part_positions" not in config["model"]
     (bundle / "config.json").write_text(json.dumps(config))
     assert cli.main(["email", "predict", str(bundle), eml]) == 0
     assert json.loads(capsys.readouterr().out)["probabilities"] == now["probabilities"]

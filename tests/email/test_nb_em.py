@@ -3,8 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-from trmkit.config import ConfigError, ModelConfig
+from trmkit.config import ConfigError
 from trmkit.email import linear_fit, nb_em
+from trmkit.email.config import EmailModelConfig
+from trmkit.email.parts import model_of
 
 from tests.email.test_selftrain import CLASSES, VOCAB, _accuracy, _bags  # the same toy bags
 
@@ -33,11 +35,11 @@ def test_em_logits_are_centred_and_the_pad_id_reads_nothing():
 
 
 def test_unlabelled_option_is_checked_and_em_refuses_folds():
-    with pytest.raises(ConfigError, match="input_linear_unlabelled='yes': use one of off, em, self_train"):
-        ModelConfig(input_linear_unlabelled="yes")
-    cfg = ModelConfig(vocab_size=VOCAB, num_classes=CLASSES, seq_len=10, pooled_positions=8, input_linear=True,
-                      input_linear_folds=2, input_linear_unlabelled="em")
-    model = type("M", (), {"cfg": cfg})()
+    with pytest.raises(ConfigError, match="email.input_linear_unlabelled='yes': use one of off, em, self_train"):
+        EmailModelConfig(input_linear_unlabelled="yes")
+    model = model_of(dict(vocab_size=VOCAB, num_classes=CLASSES, seq_len=10, part_positions=8, num_puzzle_ids=1,
+                          hidden_size=16, num_heads=2, L_layers=1),
+                     dict(input_linear=True, input_linear_folds=2, input_linear_unlabelled="em"))
     ids = np.array([[11, 12, 0, 0, 0, 0, 0, 0]] * 4)
     with pytest.raises(ConfigError, match="has no folds"):
         linear_fit._fit_em(model, ids, torch.tensor([0, 1, 2, 0]), ids, print, 0.0)

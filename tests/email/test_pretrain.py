@@ -13,8 +13,8 @@ from trmkit import cli, rundir
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import open_split
 from trmkit.email import pretrain
+from trmkit.email.parts import model_of
 from trmkit.email.tokenizer import BODY_ID, CLS_ID, FROM_ID, SPECIALS, SUBJECT_ID
-from trmkit.model.trm import TRM
 from trmkit.train.init import init_from
 from trmkit.train.optim import EMA
 
@@ -50,7 +50,7 @@ def test_the_store_reads_the_labelled_and_unlabelled_messages_never_test_nor_a_l
     assert len(train) == 2 * (read - len(test)) and len(test) == min(2, read // 20)
     originals = {tuple(r) for n in ("train", "unlabelled") for r in np.asarray(source[n].inputs)}
     tests = {tuple(r) for r in np.asarray(source["test"].inputs)}
-    tokens = train.meta.seq_len - train.meta.pooled_positions
+    tokens = train.meta.seq_len - train.meta.part_positions
     for x, y in zip(np.asarray(train.inputs), np.asarray(train.labels)):  # each row: a training message, masked
         filled = x.copy()
         filled[:tokens][y[:tokens] > 0] = y[:tokens][y[:tokens] > 0]
@@ -61,7 +61,7 @@ def test_the_store_reads_the_labelled_and_unlabelled_messages_never_test_nor_a_l
     assert train.meta.build["source_fingerprint"] == pretrain.fingerprint(few_store)
 
 
-def write_run(run: Path, model: TRM, vocab: list[str]) -> Path:
+def write_run(run: Path, model: torch.nn.Module, vocab: list[str]) -> Path:
     run.mkdir()
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(rundir.path(run, rundir.WEIGHTS)))
     rundir.path(run, rundir.DATA_META).write_text(json.dumps({"task": "email-mlm", "vocab": vocab}))
@@ -70,12 +70,12 @@ def write_run(run: Path, model: TRM, vocab: list[str]) -> Path:
 
 def test_init_from_takes_the_network_and_embeddings_leaves_the_class_head_and_checks_the_vocabulary(tmp_path):
     sizes = dict(mixer="attention", hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1,
-                 halt_max_steps=2, puzzle_emb_len=0, vocab_size=40, seq_len=12, num_puzzle_ids=1, pooled_positions=4)
+                 halt_max_steps=2, puzzle_emb_len=0, vocab_size=40, seq_len=12, num_puzzle_ids=1, part_positions=4)
     torch.manual_seed(0)
-    pretrained = TRM(ModelConfig(**sizes, answer_vocab=30))
+    pretrained = model_of({**sizes, "answer_vocab": 30})  # with the bag's part, as the tasks build it
     vocab = [f"t{i}" for i in range(40)]
     run = write_run(tmp_path / "pre", pretrained, vocab)
-    clf = TRM(ModelConfig(**sizes, num_classes=3))
+    clf = model_of({**sizes, "num_classes": 3})
     head = clf.class_head.weight.detach().clone()
     ema, said = EMA(clf, 0.99, False), []
     init_from(clf, ema, str(run), vocab, said.append)
@@ -89,7 +89,7 @@ def test_init_from_takes_the_network_and_embeddings_leaves_the_class_head_and_ch
     with pytest.raises(ConfigError, match="another vocabulary.*1 differ"):
         init_from(clf, ema, str(run), vocab[:-1] + ["other"], said.append)
     with pytest.raises(ConfigError, match="none of its network's weights fit"):
-        init_from(TRM(ModelConfig(**{**sizes, "hidden_size": 8}, num_classes=3)), None, str(run), vocab, said.append)
+        init_from(model_of({**sizes, "hidden_size": 8, "num_classes": 3}), None, str(run), vocab, said.append)
     with pytest.raises(ConfigError, match="not found; let that run finish"):
         init_from(clf, ema, str(tmp_path / "nothing"), vocab, said.append)
 
@@ -118,7 +118,7 @@ def test_the_command_pretrains_resumes_and_the_classifier_starts_from_it(few_sto
     assert json.loads((run / rundir.SUMMARY).read_text())["steps"] == 4
     fine = tmp_path / "fine"
     assert cli.main(["train", "configs/email-fast.yaml", f"data.path={few_store}", f"run.dir={fine}", *TINY,
-                     "train.max_steps=2", f"train.init_from={run}", "model.input_linear_c=1"]) == 0
+                     "train.max_steps=2", f"train.init_from={run}", "email.input_linear_c=1"]) == 0
     out = capsys.readouterr()
     assert "init: train.init_from=" in out.out + out.err and "left at their start: class_head.bias" in out.out + out.err
 

@@ -105,11 +105,14 @@ def test_classifier_resume_is_exact(tmp_path, monkeypatch):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_the_trainer_calls_the_tasks_before_training_hook_and_input_linear_needs_one(tmp_path, monkeypatch):
+def test_the_trainer_builds_the_tasks_parts_and_calls_its_before_training_hook(tmp_path, monkeypatch):
     """Task.before_training runs once the model and the training split exist (the e-mail task fits its bag's
-    linear model there); model.input_linear without a task hook to fit it is refused by name."""
+    linear model there, into the model's bag part); a store whose last positions a part reads is refused
+    without the task's parts, by name."""
     from trmkit import config as config_mod
     from trmkit import hardware
+    from trmkit.email.parts import bag_part
+    from trmkit.email.task import TASK as EMAIL
     from trmkit.train.session import prepare
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -122,11 +125,12 @@ def test_the_trainer_calls_the_tasks_before_training_hook_and_input_linear_needs
     seen = []
 
     def hook(model, train, class_weights, log):
-        seen.append((model.cfg.pooled_positions, len(train), class_weights.tolist()))
-        model.input_linear_bias.fill_(1.0)
+        seen.append((model.cfg.part_positions, bag_part(model).positions, len(train), class_weights.tolist()))
+        bag_part(model).linear_bias.fill_(1.0)
 
-    s = prepare(cfg, hardware.probe(), log=lambda m: None, before_training=hook)
-    assert seen and seen[0][:2] == (4, 64) and min(seen[0][2][:len(CLASSES)]) > 0  # balanced weights
-    assert float(s.model.input_linear_bias.sum()) == len(CLASSES)
-    with pytest.raises(ConfigError, match="model.input_linear is fitted by the store's task"):
-        prepare(cfg, hardware.probe(), log=lambda m: None)
+    s = prepare(cfg, hardware.probe(), log=lambda m: None, before_training=hook, parts=EMAIL.model_parts)
+    assert seen and seen[0][:3] == (4, 4, 64) and min(seen[0][3][:len(CLASSES)]) > 0  # balanced weights
+    assert float(bag_part(s.model).linear_bias.sum()) == len(CLASSES)
+    with pytest.raises(ConfigError, match="model.part_positions=4: the store's last positions are read by its "
+                                          "task's model part, and the parts given read 0"):
+        prepare(cfg, hardware.probe(), log=lambda m: None, before_training=hook)

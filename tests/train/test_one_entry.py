@@ -77,18 +77,24 @@ def test_the_loop_has_one_caller_the_entry_point():
 
 
 def test_learn_and_the_bench_take_no_step_of_their_own():
-    """The curve is hooks on the loop; the bench times the loop's own step (run_step), not train_step."""
+    """The curve is hooks on the loop; the bench times the loop's own step (run_step), not train_step; the
+    self-play bench's rounds are the loop's steps (hooks), never an objective's step called beside it."""
     for module, name in (("trmkit.train.step", "train_step"), ("trmkit.train.loop", "train")):
         assert not [c for c in callers(module, name) if c[0] == "learn.py" or c[0].startswith("bench/")]
     assert [c[0] for c in callers("trmkit.train.run", "run")].count("learn.py") == 1
     assert {c[0] for c in callers("trmkit.train.loop", "run_step")} == {"train/loop.py", "bench/session.py"}
+    steps = [path.relative_to(PACKAGE).as_posix() for path in sorted(PACKAGE.rglob("*.py"))
+             if ".step(s.model" in path.read_text(encoding="utf-8") or "objective.step(" in path.read_text(
+                 encoding="utf-8")]
+    assert steps == ["train/loop.py"]
 
 
 def test_every_way_in_plans_from_the_measurement_cache():
-    """The API and CLI, RL, e-mail pretraining and the learning curve all come through `run`, each with
-    the planner's measurement cache (none measures afresh what the others have measured)."""
+    """The API and CLI, RL and its bench, e-mail pretraining and the learning curve all come through `run`,
+    each with the planner's measurement cache (none measures afresh what the others have measured)."""
     found = callers("trmkit.train.run", "run")
-    assert {f for f, _ in found} == {"api.py", "rl/commands.py", "email/pretrain_command.py", "learn.py"}
+    assert {f for f, _ in found} == {"api.py", "rl/commands.py", "rl/bench.py", "email/pretrain_command.py",
+                                     "learn.py"}
     for path in {f for f, _ in found}:
         tree = ast.parse((PACKAGE / path).read_text(encoding="utf-8"))
         direct, _ = _names_for(tree, "trmkit.train.run", "run")
@@ -155,3 +161,19 @@ def test_without_hooks_a_run_is_a_plain_training_and_its_run_dir_is_claimed(stor
     assert run(cfg, hardware.probe(), log=lambda m: None)["steps"] == 2
     with pytest.raises(ConfigError, match="already holds a run"):
         run(cfg, hardware.probe(), log=lambda m: None)
+
+
+def test_no_benchmark_takes_a_step_of_its_own():
+    """The benchmarks time the loop's own step (`run_step`), never `train_step` or an objective's `step`
+    called beside the loop, so what they time is what training runs."""
+    root = PACKAGE.parent / "benchmarks"
+    found = []
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for where, call in _calls(tree):
+            f = call.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name == "train_step" or (name == "step" and isinstance(f, ast.Attribute)
+                                        and isinstance(f.value, ast.Name) and f.value.id == "objective"):
+                found.append((path.name, where))
+    assert found == []

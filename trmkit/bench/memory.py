@@ -90,7 +90,8 @@ from trmkit.plan.calibrate import rss_now
 from trmkit.config import Config, ModelConfig, TrainConfig
 from trmkit.model.trm import TRM
 from trmkit.train.session import build_optimizers
-from trmkit.train.step import StepContext, new_state, train_step
+from trmkit.train.loop import run_step
+from trmkit.train.step import StepContext, new_state
 
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(spec["threads"])
@@ -112,7 +113,7 @@ ctx = StepContext(micro_batch=spec["micro_batch"], ignore_label_id=0, device=tor
                   autocast=autocast)
 t0 = time.perf_counter()
 for _ in range(spec["steps"]):
-    train_step(model, state, Stream(), opts, cfg.train, ctx)
+    run_step(model, state, Stream(), opts, cfg.train, ctx)
 def peak():
     try:
         with open("/proc/self/status") as f:
@@ -125,7 +126,7 @@ print(json.dumps({"baseline": baseline, "peak": peak(), "seconds": time.perf_cou
 
 def measure_real_step(model: ModelConfig, batch: int, micro_batch: int, steps: int = 2,
                       ckpt: bool = False, dtype: str = "float32", threads: int = 1) -> dict:
-    """Peak RSS of real training steps (train_step itself, not the planner's replica) in a fresh Python
+    """Peak RSS of real training steps (the loop's run_step itself, not the planner's replica) in a fresh Python
     process: {'baseline', 'peak', 'seconds'}. The memory model's check (tests/plan/test_plan.py) and its
     table (benchmarks/memory_model.py) both use it."""
     spec = json.dumps({"model": dataclasses.asdict(model), "batch": batch, "micro_batch": micro_batch,

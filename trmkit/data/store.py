@@ -110,14 +110,14 @@ class StoreMeta:
     classes: tuple[str, ...] = ()  # a classify task's class names; its label ids index them
     grid_shape: tuple[int, int] | None = None  # (rows, columns) of a grid task's row-major sequence
     given_tokens: tuple[int, ...] = ()  # input tokens the answer repeats as they are (a maze's walls, S, G)
-    pooled_positions: int = 0  # a store's last positions: ids the model pools, not mixes (e-mail's bag)
+    part_positions: int = 0  # a store's last positions: ids its task's model part reads, not the mixer (model/parts.py)
     answer_vocab: int = 0  # a grid store whose labels use only the vocabulary's first N ids (0 = all of it)
     fingerprint: str = ""  # "sha256:..." of the split's arrays and sidecars ("" for a store built before them)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = META_FILE) -> "StoreMeta":
         """Parse ``meta.json`` contents; a missing key names the file and the fix."""
-        optional = ("build", "classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab",
+        optional = ("build", "classes", "grid_shape", "given_tokens", "part_positions", "answer_vocab",
                     "fingerprint")
         data = current_names(data)  # stores written under former key names
         names = [f for f in cls.__dataclass_fields__ if f not in optional]
@@ -136,7 +136,7 @@ class StoreMeta:
                    classes=tuple(str(c) for c in data.get("classes", ())),
                    grid_shape=(int(grid[0]), int(grid[1])) if grid else None,
                    given_tokens=tuple(int(t) for t in data.get("given_tokens", ())),
-                   pooled_positions=int(data.get("pooled_positions", 0)),
+                   part_positions=int(data.get("part_positions", 0)),
                    answer_vocab=int(data.get("answer_vocab", 0)),
                    fingerprint=str(data.get("fingerprint", "")))
         if grid and meta.grid_shape[0] * meta.grid_shape[1] != meta.seq_len:
@@ -150,10 +150,10 @@ class StoreMeta:
         """JSON-ready dict (vocab as a list)."""
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["vocab"] = list(self.vocab)
-        for key in ("classes", "grid_shape", "given_tokens", "pooled_positions", "answer_vocab", "fingerprint"):
+        for key in ("classes", "grid_shape", "given_tokens", "part_positions", "answer_vocab", "fingerprint"):
             if not data[key]:
                 del data[key]
-            elif key not in ("pooled_positions", "answer_vocab", "fingerprint"):
+            elif key not in ("part_positions", "answer_vocab", "fingerprint"):
                 data[key] = list(data[key])
         return data
 

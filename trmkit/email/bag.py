@@ -5,8 +5,8 @@ tail); the classic baseline, TF-IDF + logistic regression, sees every word of it
 long and small sets. The bag gives the TRM that view too: the message's word unigrams and
 bigrams (lower case, the tokenizer's normalisation), each mapped to an id, and the
 `positions` with the highest tf-idf (idf from the training split only) written after the
-tokens, sorted by id, pads after. The model pools them (model.pooled_positions: their mean
-embedding is added to every token position's input) and the recursion reads both.
+tokens, sorted by id, pads after. The model's bag part pools them (email/parts.py; model.part_positions: their
+mean embedding is added to every token position's input) and the recursion reads both.
 
 Two ways to map an n-gram to an id (`buckets` ids in all; vocab_offset: the tokenizer's size):
 - words (the default; measured in docs/results.md): the training split's n-grams

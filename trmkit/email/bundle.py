@@ -21,19 +21,20 @@ import json
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from trmkit import rundir
-from trmkit.config import ConfigError, ModelConfig
+from trmkit.config import ConfigError
 from trmkit.data.store import META_FILE
 from trmkit.email import halting
 from trmkit.email.outputs import without_machine_paths
 from trmkit.email.bag import BAG_FILE, Bag
 from trmkit.email.mail import Message
+from trmkit.email.parts import model_of, settings_of
 from trmkit.email.task import NAME
 from trmkit.email.tokenizer import TOKENIZER_FILE
 from trmkit.email.encode import encode_messages
@@ -115,8 +116,9 @@ def export(run_dir: str | Path, out: str | Path, log=print) -> Path:
         f"{cal.ece_before:.4f} -> {cal.ece_after if cal.ece_after is not None else float('nan'):.4f}")
     if out.exists() and not (out / CONFIG_FILE).is_file():
         raise FileExistsError(f"{out} exists and is not a bundle; choose another --out or remove it")
-    config = {"format": FORMAT, "model": cfg["model"], "seq_len": text_len(meta), "tail": meta["build"].get("tail", 0),
-              "pad_id": meta["pad_id"], "build": without_machine_paths(meta["build"])}
+    config = {"format": FORMAT, "model": cfg["model"], "email": cfg.get("email", {}), "seq_len": text_len(meta),
+              "tail": meta["build"].get("tail", 0), "pad_id": meta["pad_id"],
+              "build": without_machine_paths(meta["build"])}
     start = time.perf_counter()
     log(f"export: 1/3 loading the model and fitting when a sure answer stops a message early (up to "
         f"{halting.FIT_MESSAGES} held-out messages, every supervision step)")
@@ -141,9 +143,8 @@ def text_len(meta: dict) -> int:
     return int(meta["seq_len"]) - bag_positions(meta)
 
 
-def bag_positions(meta: dict) -> int:
-    """The store's bag positions (meta.json's pooled_positions; stores built before: bag_positions)."""
-    return int(meta.get("pooled_positions", meta.get("bag_positions", 0)))
+def bag_positions(meta: dict) -> int:  # meta.json's part_positions (stores built before: under former names)
+    return int(current_names(meta).get("part_positions", 0))
 
 
 def reads(meta: dict) -> str:
@@ -304,7 +305,8 @@ class Classifier:
                 log("predict: dtype=float32 (this CPU has no native bf16 instructions: bf16 would be emulated, "
                     "so it is not measured)")
             return self.dtype
-        key = f"{torch.__version__}|{json.dumps(asdict(self.model.cfg), sort_keys=True)}|{self.seq_len}"
+        shape = {**asdict(self.model.cfg), **settings_of(self.model)}
+        key = f"{torch.__version__}|{json.dumps(shape, sort_keys=True)}|{self.seq_len}"
         cached = read_cache(self.cache_dir, PREDICT_DTYPE_FILE).get(key)
         if cached in ("float32", "bfloat16"):
             self.dtype = cached
@@ -357,7 +359,7 @@ class Classifier:
         labels = read_json(path / LABELS_FILE)
         if not isinstance(labels, list) or not all(isinstance(c, str) for c in labels):
             raise _Unreadable(path / LABELS_FILE, "it is not a list of class names")
-        clf = cls._build(config["model"], path / MODEL_FILE, path / TOKENIZER_FILE, labels, config["seq_len"],
+        clf = cls._build(config, path / MODEL_FILE, path / TOKENIZER_FILE, labels, config["seq_len"],
                          config.get("tail", 0), float(cal.get("temperature", 1.0)), bag=_bag(path / BAG_FILE),
                          **kwargs)
         if "halt_probability" in cal:
@@ -375,7 +377,7 @@ class Classifier:
         if not fitted.is_file() and rundir.path(run_dir, rundir.CLASSIFICATION).is_file():
             calibrate(run_dir)
         cal = read_json(fitted) if fitted.is_file() else {}
-        clf = cls._build(cfg["model"], rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
+        clf = cls._build(cfg, rundir.path(run_dir, rundir.WEIGHTS), train / TOKENIZER_FILE, meta["classes"],
                          text_len(meta), meta["build"].get("tail", 0), float(cal.get("temperature", 1.0)),
                          bag=_bag(train / BAG_FILE), **kwargs)
         if clf.halt:  # --no-halt runs every step: nothing to fit
@@ -409,12 +411,11 @@ class Classifier:
         self.halt_fitted_on = f"the {len(rows)} messages of {path.parent}"
 
     @classmethod
-    def _build(cls, model_cfg: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
+    def _build(cls, config: dict, weights: Path, tokenizer: Path, classes: list[str], seq_len: int, tail: int,
                temperature: float, **kwargs) -> "Classifier":
         from trmkit.email.tokenizer import EmailTokenizer
 
-        known = {f.name for f in fields(ModelConfig)}  # bundles written before: model keys under former names
-        model = TRM(ModelConfig(**{k: v for k, v in current_names(model_cfg).items() if k in known}))
+        model = model_of(config["model"], config.get("email"))  # written before: under former names (parts.py)
         reading(weights, lambda p: rundir.load_weights(model, p, what=NO_WEIGHTS))
         if model.cfg.num_classes != len(classes):
             raise ConfigError(f"{weights}: the model has {model.cfg.num_classes} classes, labels list {len(classes)}")

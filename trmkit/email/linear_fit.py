@@ -1,16 +1,16 @@
-"""The e-mail bag's linear model: fitted before training into the model's frozen input_linear buffers.
+"""The e-mail bag's linear model: fitted before training into the bag part's frozen linear buffers.
 
 An e-mail store built with a bag (`trmkit data email --bag N`) ends each message with the ids of its
-N most telling n-grams; the model pools them (model.pooled_positions) and, with model.input_linear,
-adds a linear model of them to its class logits (model/input_linear.py reads it). This module fits
+N most telling n-grams; the model's bag part pools them (email/parts.py) and, with email.input_linear,
+adds a linear model of them to its class logits (email/input_linear.py reads it). This module fits
 it, through the e-mail task's `before_training` hook (email/task.py), once before training on the
 training split, to the optimum of
 
     sum_i w_i CE(logits_in(x_i), y_i) / N  +  |W|^2 / (2 C N)
 
-(w_i: the training loss's class weights, train.class_weighting; C: model.input_linear_c; the same
+(w_i: the training loss's class weights, train.class_weighting; C: email.input_linear_c; the same
 objective as scikit-learn's LogisticRegression on a multi-hot matrix), by full-batch L-BFGS, and then
-frozen (buffers, not parameters). idf features (model.input_linear_weighting=idf): idf_j =
+frozen (buffers, not parameters). idf features (email.input_linear_weighting=idf): idf_j =
 log((1 + N) / (1 + df_j)) + 1 counted over the N training bags, as the baseline reads its words. On
 the word bag (docs/results.md) the idf features fitted with C=10 reach the
 class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay 0.02 under it.
@@ -18,7 +18,7 @@ class-balanced baseline's macro-F1 on SpamAssassin 3-way, where binary ones stay
 Why fitted and not trained with the rest: on a few hundred messages the same linear model trained
 by Adam beside the recursion stops well short of that optimum and generalises worse (docs/results.md).
 
-Out of fold (model.input_linear_folds = K >= 2): the fitted model classifies its own training split
+Out of fold (email.input_linear_folds = K >= 2): the fitted model classifies its own training split
 almost perfectly, so the recursion, trained on those logits, sees few errors to learn from; K more
 fits, each without one fold, give each training message the logits of a fit that did not see it.
 """
@@ -34,7 +34,8 @@ import torch
 
 from trmkit.config import ConfigError
 from trmkit.email.progress import slow_steps
-from trmkit.model.input_linear import Features, fold_of, values_of
+from trmkit.email.input_linear import Features, fold_of, values_of
+from trmkit.email.parts import BagPart, bag_part
 
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
@@ -60,18 +61,19 @@ def document_idf(ids: np.ndarray, vocab_size: int) -> torch.Tensor:
 
 
 def before_training(model: torch.nn.Module, train, class_weights: torch.Tensor | None, log: Log = print) -> None:
-    """The e-mail task's hook (Task.before_training): with model.input_linear, fit it to the training split
+    """The e-mail task's hook (Task.before_training): with email.input_linear, fit it to the training split
     (a data.store.Split). A resumed run fits it again and then reloads the same fit from its checkpoint."""
-    if model.cfg.input_linear:
-        if not model.cfg.pooled_positions:
-            raise ConfigError(f"model.input_linear fits a linear model of the message's n-gram bag, and this store "
+    part = bag_part(model)
+    if part is not None and part.fitted:
+        if not part.positions:
+            raise ConfigError(f"email.input_linear fits a linear model of the message's n-gram bag, and this store "
                               f"has none: rebuild it with one, e.g. {rebuild_command(train.meta)}, or train with "
-                              "model.input_linear=false")
-        fit(model, train.inputs, train.labels, class_weights, model.cfg.input_linear_c, log,
-            unlabelled=_unlabelled_ids(model.cfg, train, log))
+                              "email.input_linear=false")
+        fit(model, train.inputs, train.labels, class_weights, part.settings.input_linear_c, log,
+            unlabelled=_unlabelled_ids(part, train, log))
 
 
-def _unlabelled_ids(cfg, train, log: Log) -> np.ndarray | None:
+def _unlabelled_ids(part: BagPart, train, log: Log) -> np.ndarray | None:
     """The bag ids of the store's unlabelled split (built with --keep-labels) when the fit self-trains on it."""
     from trmkit.data.store import open_split
     from trmkit.email.fewlabels import UNLABELLED
@@ -80,12 +82,12 @@ def _unlabelled_ids(cfg, train, log: Log) -> np.ndarray | None:
     path = Path(train.path).parent / UNLABELLED
     if not path.is_dir():
         return None
-    if cfg.input_linear_unlabelled == "off":
-        log(f"model: input_linear fits the labelled messages only; model.input_linear_unlabelled=em would also "
+    if part.settings.input_linear_unlabelled == "off":
+        log(f"model: input_linear fits the labelled messages only; email.input_linear_unlabelled=em would also "
             f"read the {path} messages (naive Bayes by EM: above TF-IDF + LR on SpamAssassin and Turkish, below "
             "it on the mailing lists, docs/results.md)")
         return None
-    return ids_of(open_split(path), cfg.pooled_positions)
+    return ids_of(open_split(path), part.positions)
 
 
 def rebuild_command(meta) -> str:
@@ -101,44 +103,43 @@ def rebuild_command(meta) -> str:
 
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
         c: float, log: Log = print, unlabelled: np.ndarray | None = None) -> dict[str, float]:
-    """Fit model.input_linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
-    at position 0), and with model.input_linear_folds also one model per fold without that fold
-    (model.input_linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
-    With model.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`).
+    """Fit the bag part's linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
+    at position 0), and with email.input_linear_folds also one model per fold without that fold
+    (linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
+    With email.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`).
     `unlabelled`: bag ids of messages without a label: the idf counts them too, and the fit then
     self-trains on them (email/selftrain.py)."""
-    cfg = model.cfg
+    cfg, part = model.cfg, bag_part(model)
+    s = part.settings
     start = time.perf_counter()
-    ids = np.asarray(inputs)[:, -cfg.pooled_positions:]
+    ids = np.asarray(inputs)[:, -part.positions:]
     y = _labels(labels, cfg.num_classes)
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
          else torch.ones(cfg.num_classes))[y]
     every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
-    idf = document_idf(every, cfg.vocab_size) if cfg.input_linear_weighting != "binary" else None
-    if unlabelled is not None and cfg.input_linear_unlabelled == "em":
+    idf = document_idf(every, cfg.vocab_size) if s.input_linear_weighting != "binary" else None
+    if unlabelled is not None and s.input_linear_unlabelled == "em":
         return _fit_em(model, ids, y, unlabelled, log, start)
-    weighting, c, _ = choose(cfg, ids, y, w, idf, c, log)
+    weighting, c, _ = choose(s.input_linear_weighting, cfg, ids, y, w, idf, c, log)
     if idf is not None:
         with torch.no_grad():
-            model.input_linear_idf.copy_(idf.to(model.input_linear_idf.device))
-            model.input_linear_use_idf.fill_(float(weighting == "idf"))
+            part.linear_idf.copy_(idf.to(part.linear_idf.device))
+            part.linear_use_idf.fill_(float(weighting == "idf"))
         idf = idf if weighting == "idf" else None
     x = multi_hot(ids, cfg.vocab_size, idf)
     weight, bias, out = _fit_one(x, y, w, cfg.num_classes, c)
-    if unlabelled is not None and len(unlabelled):  # model.input_linear_unlabelled=self_train
+    if unlabelled is not None and len(unlabelled):  # email.input_linear_unlabelled=self_train
         from trmkit.email.selftrain import self_train
 
         weight, bias = self_train(x, y, multi_hot(unlabelled, cfg.vocab_size, idf), weight, bias, cfg.num_classes,
                                   lambda xs, ys, ws: _fit_one(xs, ys, ws, cfg.num_classes, c), log)
-    with torch.no_grad():
-        model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
-        model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
+    _set_linear(part, weight, bias)
     seconds = time.perf_counter() - start
     log(f"model: input_linear fitted (logistic regression on the bag's ids, {weighting} features, C={c:g}, "
         f"{len(y)} training messages, {out['iterations']} L-BFGS iterations, {seconds:.1f} s): objective "
         f"{out['objective']:.4f}, training accuracy {out['train_accuracy']:.3f}; frozen, the recursion's head "
         "learns beside it")
-    if cfg.input_linear_folds:
+    if s.input_linear_folds:
         out["out_of_fold_accuracy"] = _fit_folds(model, ids, y, w, c, log, idf)
     return {**out, "seconds": time.perf_counter() - start, "weighting": weighting, "c": c}
 
@@ -149,34 +150,40 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
     binary features (the idf buffers, if any, set to read binary), no C."""
     from trmkit.email import nb_em
 
-    cfg = model.cfg
-    if cfg.input_linear_folds:
-        raise ConfigError("model.input_linear_unlabelled=em fits one model over every message and has no folds: "
-                          "train with model.input_linear_folds=0")
+    cfg, part = model.cfg, bag_part(model)
+    if part.settings.input_linear_folds:
+        raise ConfigError("email.input_linear_unlabelled=em fits one model over every message and has no folds: "
+                          "train with email.input_linear_folds=0")
     x = multi_hot(ids, cfg.vocab_size)
     weight, bias = nb_em.fit(x, y, multi_hot(unlabelled, cfg.vocab_size), cfg.num_classes, cfg.vocab_size, log)
-    with torch.no_grad():
-        model.input_linear_weight.copy_(weight.to(model.input_linear_weight.device))
-        model.input_linear_bias.copy_(bias.to(model.input_linear_bias.device))
-        if cfg.input_linear_weighting != "binary":
-            model.input_linear_use_idf.fill_(0.0)
+    _set_linear(part, weight, bias)
+    if part.settings.input_linear_weighting != "binary":
+        with torch.no_grad():
+            part.linear_use_idf.fill_(0.0)
     accuracy = float(((torch.sparse.mm(x, weight) + bias).argmax(1) == y).float().mean())
     return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start, "weighting": "binary", "c": 0.0}
 
 
-C_GRID = (1.0, 3.0, 10.0, 30.0)  # model.input_linear_c=0 chooses among these
+def _set_linear(part: BagPart, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """The fitted model into the part's frozen buffers."""
+    with torch.no_grad():
+        part.linear_weight.copy_(weight.to(part.linear_weight.device))
+        part.linear_bias.copy_(bias.to(part.linear_bias.device))
+
+
+C_GRID = (1.0, 3.0, 10.0, 30.0)  # email.input_linear_c=0 chooses among these
 CHOICE_FOLDS = 5  # the auto choice's cross-validation folds over the training split
 
 
-def choose(cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Tensor | None, c: float,
-           log: Log) -> tuple[str, float, dict]:
-    """(weighting, C, scores): as configured, or where auto / 0, the pair whose fits score the best macro-F1 by
-    CHOICE_FOLDS-fold cross-validation on the training split (each message predicted by the fit without its
-    fold, one macro-F1 over all of them; ties: the first in the order binary before idf, smaller C before
-    larger). Cross-validation, not the validation split: on the Turkish CSV's 71 validation messages the
-    choice followed noise (docs/results.md); the validation split
-    stays for checkpoints."""
-    weightings = ("binary", "idf") if cfg.input_linear_weighting == "auto" else (cfg.input_linear_weighting,)
+def choose(weighting: str, cfg, ids: np.ndarray, y: torch.Tensor, w: torch.Tensor, idf: torch.Tensor | None,
+           c: float, log: Log) -> tuple[str, float, dict]:
+    """(weighting, C, scores): as configured (email.input_linear_weighting, C), or where auto / 0, the pair
+    whose fits score the best macro-F1 by CHOICE_FOLDS-fold cross-validation on the training split (each
+    message predicted by the fit without its fold, one macro-F1 over all of them; ties: the first in the order
+    binary before idf, smaller C before larger). Cross-validation, not the validation split: on the Turkish
+    CSV's 71 validation messages the choice followed noise (docs/results.md); the validation split stays for
+    checkpoints."""
+    weightings = ("binary", "idf") if weighting == "auto" else (weighting,)
     cs = C_GRID if c == 0 else (c,)
     if len(weightings) * len(cs) == 1:
         return weightings[0], cs[0], {}
@@ -237,7 +244,7 @@ def macro_f1(labels: torch.Tensor, preds: torch.Tensor, classes: int) -> float:
 def _labels(labels: np.ndarray, classes: int) -> torch.Tensor:
     y = torch.from_numpy(np.asarray(labels)[:, 0].astype(np.int64))
     if len(y) and (int(y.max()) >= classes or int(y.min()) < 0):
-        raise ValueError(f"model.input_linear: training labels outside 0..{classes - 1}")
+        raise ValueError(f"email.input_linear: training labels outside 0..{classes - 1}")
     return y
 
 
@@ -245,23 +252,24 @@ def _fit_folds(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, w: torc
                idf: Features = None) -> float:
     """Fit one model per fold on the other folds into the fold buffers; the accuracy of each message's
     out-of-fold model on it (what the training steps will add)."""
-    cfg, start = model.cfg, time.perf_counter()
-    fold = fold_of(torch.from_numpy(ids.astype(np.int64)), cfg.input_linear_folds).numpy()
+    cfg, part, start = model.cfg, bag_part(model), time.perf_counter()
+    folds = part.settings.input_linear_folds
+    fold = fold_of(torch.from_numpy(ids.astype(np.int64)), folds).numpy()
     right = 0
-    for k in range(cfg.input_linear_folds):
+    for k in range(folds):
         held, kept = fold == k, fold != k
         if not kept.any() or len(np.unique(y.numpy()[kept])) < 2:
-            raise ValueError(f"model.input_linear_folds={cfg.input_linear_folds}: fold {k} leaves {int(kept.sum())} "
+            raise ValueError(f"email.input_linear_folds={folds}: fold {k} leaves {int(kept.sum())} "
                              "training message(s) of fewer than 2 classes to fit on; use fewer folds")
         weight, bias, _ = _fit_one(multi_hot(ids[kept], cfg.vocab_size, idf), y[kept], w[kept], cfg.num_classes, c)
         with torch.no_grad():
-            model.input_linear_fold_weight[k].copy_(weight.to(model.input_linear_fold_weight.device))
-            model.input_linear_fold_bias[k].copy_(bias.to(model.input_linear_fold_bias.device))
+            part.linear_fold_weight[k].copy_(weight.to(part.linear_fold_weight.device))
+            part.linear_fold_bias[k].copy_(bias.to(part.linear_fold_bias.device))
             if held.any():
                 logits = torch.sparse.mm(multi_hot(ids[held], cfg.vocab_size, idf), weight) + bias
                 right += int((logits.argmax(1) == y[held]).sum())
     accuracy = right / len(y)
-    log(f"model: input_linear_folds={cfg.input_linear_folds} -> {cfg.input_linear_folds} more fits, each without one "
+    log(f"model: email.input_linear_folds={folds} -> {folds} more fits, each without one "
         f"fold of the training split ({time.perf_counter() - start:.1f} s); training steps add each message's "
         f"out-of-fold logits (accuracy {accuracy:.3f} on the messages it did not see), evaluation the whole fit's")
     return accuracy

@@ -13,7 +13,7 @@ and Mitchell 2000, "Text classification from labeled and unlabeled documents usi
 
 starting from the fit on the labelled messages alone, for ITERATIONS rounds. The answer is a linear
 model of the bag's binary ids (W[j, c] = log theta[c, j], b = log prior), so it fills the model's
-frozen input_linear buffers as the logistic regression does, and the recursion learns beside it.
+frozen linear buffers (email.input_linear) as the logistic regression does, and the recursion learns beside it.
 Each id's row and the bias are centred over the classes (each message's logits then sum to 0): the
 posterior is the same, and the logits stay near 0 rather than at -thousands, where the stablemax the
 trainer and the calibration read (unlike softmax) would turn them into near-uniform probabilities.

@@ -73,7 +73,7 @@ def build(source: Path, out: Path, copies: int = COPIES, mask_share: float = MAS
     `force`); returns `out`."""
     check_settings(copies, mask_share, bag_drop, held_out)
     rows, meta, counts = read_rows(source)
-    tokens = meta.seq_len - meta.pooled_positions  # the mixer's positions; the bag after them
+    tokens = meta.seq_len - meta.part_positions  # the mixer's positions; the bag after them
     content = rows[:, :tokens] >= len(SPECIALS)
     usable = content.any(axis=1)
     rows = rows[usable]
@@ -90,7 +90,7 @@ def build(source: Path, out: Path, copies: int = COPIES, mask_share: float = MAS
                   "messages": {"train": int(len(train_rows)), "test": int(test_n)}, "copies": copies,
                   "mask_share": mask_share, "bag_drop": bag_drop, "seed": seed, "mask_id": MASK_ID,
                   "source_fingerprint": fingerprint(source)}
-    store_meta = {"task": NAME, "vocab": list(meta.vocab), "pooled_positions": meta.pooled_positions,
+    store_meta = {"task": NAME, "vocab": list(meta.vocab), "part_positions": meta.part_positions,
                   "answer_vocab": token_vocab(source, meta),
                   "pad_id": meta.pad_id, "ignore_label_id": meta.pad_id, "blank_id": None,
                   "num_puzzle_identifiers": 1, "source": str(source), "build": build_meta}

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
                           "save): give another --run-dir, or remove it yourself")
     cfg = load_for_run(None if resume else args.config, extra + ([] if resume else [f"run.dir={run_dir}"]), resume,
                        CONFIG, command="email pretrain")  # a resumed run keeps its own config.yaml
-    result = train(cfg, hardware.probe(), cache_dir=args.cache_dir, resume=bool(resume), is_tty=sys.stdout.isatty())
+    result = train(cfg, hardware.probe(), cache_dir=args.cache_dir, resume=bool(resume), is_tty=sys.stdout.isatty(),
+                   parts=pretrain.TASK.model_parts)  # the bag's reader (email/parts.py)
     if result.get("stopped"):  # saved; the same command resumes it
         return int(result["exit_code"])
     _stderr(f"pretrain: done. Fine-tune the classifier from it:\n  trmkit train configs/email-fast.yaml "

@@ -11,7 +11,7 @@ wrong pseudo-label weighs less than a real one. The idf of the features is count
 training message, labelled or not (no labels read). Nothing here reads a label of an unlabelled
 message: none is stored.
 
-Off by default (model.input_linear_unlabelled=self_train turns it on): measured with scikit-learn on full TF-IDF vectors
+Off by default (email.input_linear_unlabelled=self_train turns it on): measured with scikit-learn on full TF-IDF vectors
 of SpamAssassin 3-way it lifted 10 labels per class from 0.591 to 0.719 macro-F1 (2 draws), but on
 the bag's features it drifted towards one class and lowered macro-F1 (0.81 -> 0.45 with idf
 features and C=1, 0.775 -> 0.787 with binary ones; docs/results.md, "E-mail").

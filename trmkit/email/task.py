@@ -48,6 +48,7 @@ from trmkit.tasks.options import BuildOptions, OptionsT, option
 if TYPE_CHECKING:
     import torch
 
+    from trmkit.config import Config
     from trmkit.tasks.classify.scorer import ClassifyScorer
 
 NAME = "email"  # `trmkit data email`, and the store's meta.json "task"
@@ -401,7 +402,7 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
     return {
         "task": NAME,
         "vocab": tok.vocab() + (bag.vocab() if bag is not None else []),
-        "pooled_positions": bag.positions if bag is not None else 0,
+        "part_positions": bag.positions if bag is not None else 0,  # read by the model's bag part (parts.py)
         "pad_id": tok.pad_id,
         "ignore_label_id": len(classes),
         "blank_id": None,
@@ -433,10 +434,21 @@ def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
 
 
 def before_training(model: torch.nn.Module, train: Split, class_weights: torch.Tensor | None, log: Log) -> None:
-    """Fit the bag's linear model (model.input_linear) to the training split: email/linear_fit.py."""
+    """Fit the bag's linear model (email.input_linear) to the training split: email/linear_fit.py."""
     from trmkit.email.linear_fit import before_training as fit  # here: listing the tasks must stay light (no torch)
 
     fit(model, train, class_weights, log)
+
+
+def model_parts(cfg: Config) -> tuple:
+    """The e-mail model's part for a resolved config: the bag's reader (email/parts.py; it reads the `email:`
+    section, so it is given the whole config), imported when a model is built: listing the tasks loads no torch."""
+    from trmkit.email.parts import bag_parts
+
+    return bag_parts(cfg)
+
+
+model_parts.reads_config = True  # type: ignore[attr-defined]  (model/parts.py build_parts)
 
 
 def email_task(name: str, summary: str, options: type[OptionsT], build: Callable[[OptionsT, Log], object],
@@ -444,10 +456,10 @@ def email_task(name: str, summary: str, options: type[OptionsT], build: Callable
     """An e-mail task, the one way both are declared: the classifier (classify=True: a classify store, scored by
     macro-F1, with its report plots and the bag's linear model fitted before training) or a task on the same
     message rows without a class (the masked-token pretraining, email/pretrain.py: a grid store, generic metrics).
-    Its preset is configs/email-PRESET.yaml."""
+    Both read the bag through the model's part (email/parts.py). Its preset is configs/email-PRESET.yaml."""
     hooks = dict(scorer=scorer, plots=plots, before_training=before_training) if classify else {}
     return Task(name=name, shape="classify" if classify else "grid", summary=f"e-mail {summary}", options=options,
-                build=build, presets={preset: f"configs/email-{preset}.yaml"}, **hooks)
+                build=build, presets={preset: f"configs/email-{preset}.yaml"}, model_parts=model_parts, **hooks)
 
 
 TASK = email_task(NAME, "classification: .eml folders, Maildir, mbox(.gz), CSV, JSONL -> categories",

@@ -23,14 +23,14 @@ Departures / choices beyond the paper (following the reference code):
 - Token and prefix embeddings are scaled by sqrt(D) after concatenation.
 - With model.puzzle_emb_dim set (the reference's ARC recipe: D values per
   puzzle), the learned row is zero-padded to the prefix's puzzle_emb_len * D.
-- model.pooled_positions (ours, for a classifier's bag of n-grams): the last positions are not mixed;
-  their mean embedding is added to every token position, and model.input_linear adds a frozen linear
-  model of their ids, fitted by the task before training (model/input_linear.py).
+- model.part_positions (ours): the input's last positions are not mixed; the task's model part reads
+  them (the e-mail bag of n-grams: its mean embedding added to every token position, a frozen linear
+  model of its ids added to the class logits; trmkit/email/parts.py).
 - model.mixer=conv (ours, for grid tasks; layers.GridConv): no prefix and no positions;
   the halting head reads the mean of z_H over the grid instead of the first position.
 - An application's own pieces are `Part`s (model/parts.py) the TRM composes, never branches here: e.g. the
   maze task's trace (data.trace) gives the token head extra outputs, each standing for an answer id, and
-  `answer_logits` folds them into the answer (tasks/maze/fold.py).
+  `answer_logits` folds them into the answer (tasks/maze/fold.py); the e-mail part reads the bag.
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ import torch
 from torch import nn
 
 from trmkit.config import ModelConfig
-from trmkit.model import input_linear
 from trmkit.model.layers import Network, rotary_tables
-from trmkit.model.parts import Part
+from trmkit.model.parts import Part, Reading
 
 
 @dataclass
@@ -59,16 +58,15 @@ class Carry:
 
 
 class Embedded(NamedTuple):
-    """A supervision step's reading of its input: the network's input x (B, S, D), the pooled positions'
-    scaled mean (B, D) or None, and the fitted linear model's class logits (B, C) or None."""
+    """A supervision step's reading of its input: the network's input x (B, S, D), and what each part read
+    of it (`Part.read_input`: e.g. the e-mail bag's pooled embedding and fitted logits), one per part."""
 
     x: torch.Tensor
-    pooled: torch.Tensor | None
-    linear: torch.Tensor | None
+    reads: tuple[Reading, ...] = ()
 
     def rows(self, keep: torch.Tensor) -> "Embedded":
         """The same reading for the rows `keep` selects (a boolean mask or indices)."""
-        return Embedded(*(None if t is None else t[keep] for t in self))
+        return Embedded(self.x[keep], tuple(tuple(None if t is None else t[keep] for t in r) for r in self.reads))
 
 
 def input_dtype(vocab_size: int) -> torch.dtype:
@@ -118,7 +116,6 @@ class TRM(nn.Module):
             raise ValueError(f"model.mixer=conv needs the grid's shape (model.grid_height x grid_width = "
                              f"seq_len {cfg.seq_len}): it comes from the store's meta.json (grid_shape)")
         self.cfg = cfg
-        self.parts = nn.ModuleList(parts)  # a part without weights adds nothing to the state dict
         self.grad_checkpointing = False  # set by the planner: recompute the gradient cycle in backward
         self.train_cycles: tuple[int, int] | None = None  # (T, n) of training steps (train/depth.py), else cfg's
         D, P = cfg.hidden_size, cfg.puzzle_emb_len
@@ -130,17 +127,16 @@ class TRM(nn.Module):
         self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_ids, puzzle_width(cfg)) if P > 0 else None
         self.net = Network(cfg, self.seq_total)
         if cfg.num_classes:  # a classifier: one label per example, no per-token head
-            self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
+            head = self.class_head = nn.Linear(D, cfg.num_classes, bias=True)
             nn.init.trunc_normal_(self.class_head.weight, std=std, a=-2 * std, b=2 * std)
             nn.init.zeros_(self.class_head.bias)
-            if cfg.pooled_head:  # starts at zero: the model begins as the one without it
-                self.pooled_head = nn.Linear(D, cfg.num_classes, bias=False)
-                nn.init.zeros_(self.pooled_head.weight)
-            if cfg.input_linear:
-                self._input_linear_buffers(cfg)
         else:
-            self.lm_head = nn.Linear(D, (cfg.answer_vocab or cfg.vocab_size) + self.extra_outputs, bias=False)
+            extra = sum(part.extra_outputs for part in parts)
+            head = self.lm_head = nn.Linear(D, (cfg.answer_vocab or cfg.vocab_size) + extra, bias=False)
             nn.init.trunc_normal_(self.lm_head.weight, std=std, a=-2 * std, b=2 * std)
+        self.parts = nn.ModuleList(parts)  # a part without weights adds nothing to the state dict
+        for part in self.parts:  # its weights' random draws here, after the head's, in every model
+            part.build(cfg, head)
         self.q_head = nn.Linear(D, 2, bias=True)
         with torch.no_grad():  # start by never halting early (paper: bias -5)
             self.q_head.weight.zero_()
@@ -151,20 +147,6 @@ class TRM(nn.Module):
             cos, sin = rotary_tables(self.seq_total, D // cfg.num_heads, cfg.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-
-    def _input_linear_buffers(self, cfg: ModelConfig) -> None:
-        """Buffers, not parameters: fitted by the task before training (Task.before_training), then frozen;
-        the class head starts at zero, so the model begins as that fitted model (model/input_linear.py)."""
-        nn.init.zeros_(self.class_head.weight)
-        self.register_buffer("input_linear_weight", torch.zeros(cfg.vocab_size, cfg.num_classes))
-        self.register_buffer("input_linear_bias", torch.zeros(cfg.num_classes))
-        if cfg.input_linear_weighting != "binary":  # each id's idf in the training rows (fitted too),
-            self.register_buffer("input_linear_idf", torch.zeros(cfg.vocab_size))
-            self.register_buffer("input_linear_use_idf", torch.ones(()))  # and 0 where auto chose binary
-        if cfg.input_linear_folds:  # one fit per fold without it: the training steps' logits
-            folds = cfg.input_linear_folds
-            self.register_buffer("input_linear_fold_weight", torch.zeros(folds, cfg.vocab_size, cfg.num_classes))
-            self.register_buffer("input_linear_fold_bias", torch.zeros(folds, cfg.num_classes))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -199,17 +181,18 @@ class TRM(nn.Module):
             carry.steps[slots] = 0
 
     def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
-        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ the pooled positions' mean)]."""
-        return self.embed_parts(inputs, puzzle_ids)[0]
+        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ what the parts add to them)]."""
+        return self.embed_input(inputs, puzzle_ids).x
 
-    def embed_parts(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor):
-        """(x, pooled): the network's input (B, S, D) and the scaled mean of the pooled positions (B, D),
-        None without them."""
-        n, pooled = self.cfg.pooled_positions, None
+    def embed_input(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> Embedded:
+        """What every supervision step reads of the input, which no step changes: computed once by a
+        caller that runs several steps on the same examples (e-mail predict), else by each step. The
+        parts read the input first (`Part.read_input`), then add to the token embeddings."""
+        reads = tuple(part.read_input(inputs, self.embed_tokens) for part in self.parts)
+        n = self.cfg.part_positions
         x = self.embed_tokens(inputs[:, :-n].long() if n else inputs.long())  # (B, L - n, D): the mixer's positions
-        if n:
-            pooled = self.pool_positions(inputs)  # (B, D)
-            x = x + pooled.unsqueeze(1)
+        for part, reading in zip(self.parts, reads):
+            x = part.add_to_tokens(x, reading)
         if self.puzzle_emb is not None:
             rows = self.puzzle_emb(puzzle_ids.long())  # (B, width)
             pad = self.cfg.puzzle_emb_len * self.cfg.hidden_size - rows.shape[1]
@@ -217,14 +200,7 @@ class TRM(nn.Module):
                 rows = torch.nn.functional.pad(rows, (0, pad))
             prefix = rows.view(x.shape[0], self.cfg.puzzle_emb_len, -1)
             x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, S, D)
-        return self.embed_scale * x, None if pooled is None else self.embed_scale * pooled
-
-    def pool_positions(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, D): the last n positions' mean embedding, pads (id 0) left out (zeros for a row of pads), which
-        the caller adds to every token position. One embedding_bag: the (B, n, D) rows are never held
-        (with n = 1,024 they were a quarter of the e-mail model's inference time)."""
-        tail = inputs[:, -self.cfg.pooled_positions:].long()
-        return nn.functional.embedding_bag(tail, self.embed_tokens.weight, mode="mean", padding_idx=0)
+        return Embedded(self.embed_scale * x, reads)
 
     def _positions(self, length: int):
         """What the mixer knows of positions: rotary tables for the first `length` positions (attention;
@@ -256,20 +232,17 @@ class TRM(nn.Module):
         read = z_H.mean(dim=1) if self.cfg.mixer == "conv" else z_H[:, 0]
         return self.q_head(read).float()[:, 0]
 
-    def output(self, z_H: torch.Tensor, pooled: torch.Tensor | None = None, linear: torch.Tensor | None = None
-               ) -> torch.Tensor:
+    def output(self, z_H: torch.Tensor, reads: tuple[Reading, ...] = ()) -> torch.Tensor:
         """Token logits (B, L, V) of the answer state; a classifier's class logits (B, 1, C), read from
         the mean over the token positions (every position has seen the whole input through the mixer),
-        plus a linear read of the pooled positions with model.pooled_head, plus `linear`, the fitted
-        linear model's logits of their ids with model.input_linear (`input_linear_logits`)."""
+        plus what each part adds from what it read of the input (`Part.class_logits`; `reads` from
+        `embed_input`, none: each part's empty reading)."""
         tokens = z_H[:, self.cfg.puzzle_emb_len:]
         if not self.cfg.num_classes:
             return self.lm_head(tokens)
         logits = self.class_head(tokens.mean(dim=1))  # (B, C)
-        if self.cfg.pooled_head and pooled is not None:
-            logits = logits + self.pooled_head(pooled.to(logits.dtype))
-        if linear is not None:
-            logits = logits.float() + linear
+        for part, reading in zip(self.parts, reads or ((),) * len(self.parts)):
+            logits = part.class_logits(logits, reading)
         return logits.unsqueeze(1)
 
     @property
@@ -285,34 +258,17 @@ class TRM(nn.Module):
             logits = part.answer(logits)
         return logits
 
-    def input_linear_logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, C) float32: the sum of the pooled ids' rows of the fitted linear model, plus its bias; in
-        training with model.input_linear_folds, of the model fitted without each row's fold."""
-        cfg = self.cfg
-        idf = (self.input_linear_idf, self.input_linear_use_idf) if cfg.input_linear_weighting != "binary" else None
-        if self.training and cfg.input_linear_folds:
-            return input_linear.read_out_of_fold(inputs, self.input_linear_fold_weight, self.input_linear_fold_bias,
-                                                 cfg.pooled_positions, idf)
-        return input_linear.read(inputs, self.input_linear_weight, self.input_linear_bias, cfg.pooled_positions, idf)
-
-    def embed_input(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> Embedded:
-        """What every supervision step reads of the input, which no step changes: computed once by a
-        caller that runs several steps on the same examples (e-mail predict), else by each step."""
-        x, pooled = self.embed_parts(inputs, puzzle_ids)
-        linear = self.input_linear_logits(inputs) if self.cfg.num_classes and self.cfg.input_linear else None
-        return Embedded(x, pooled, linear)
-
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor, embedded: Embedded | None = None):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,).
         `embedded`: `embed_input(inputs, puzzle_ids)` computed before, rows in the same order."""
-        x, pooled, linear = embedded if embedded is not None else self.embed_input(inputs, puzzle_ids)
+        x, reads = embedded if embedded is not None else self.embed_input(inputs, puzzle_ids)
         positions, (t, n) = self._positions(x.shape[1]), self.cycles()
         with torch.no_grad():
             for _ in range(t - 1):
                 z_H, z_L = self.latent_recursion(z_H, z_L, x, positions, n)
         z_H, z_L = self.latent_recursion(z_H, z_L, x, positions, n)
-        logits = self.output(z_H, pooled, linear)  # (B, L, V), or (B, 1, C) for a classifier
+        logits = self.output(z_H, reads)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
 

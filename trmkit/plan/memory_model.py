@@ -71,7 +71,7 @@ class Calibration:
 
 
 def seq_total(m: ModelConfig) -> int:
-    """S: positions the network sees, the puzzle-embedding prefix plus the sequence (less the pooled positions)."""
+    """S: positions the network sees, the puzzle-embedding prefix plus the sequence (less a part's positions)."""
     return m.network_positions
 
 
@@ -80,7 +80,7 @@ def output_shape(m: ModelConfig) -> tuple[int, int]:
     if m.num_classes:
         return 1, m.num_classes
     answers = (m.answer_vocab or m.vocab_size) + len(m.trace_ids)  # a trace's tokens too (data.trace)
-    return m.seq_len - m.pooled_positions, answers  # pooled positions are not answered
+    return m.seq_len - m.part_positions, answers  # a part's positions (model/parts.py) are not answered
 
 
 def count_parameters(m: ModelConfig) -> int:

@@ -63,6 +63,15 @@ def parse_steps(text: str | int | None, task: str, n_sup: int) -> Steps:
     return Steps(int(text), None, "--steps K")
 
 
+def check_task(task: str | None, run_dir: Path) -> None:
+    """Nothing for a run of a task `trmkit predict` answers (or a run from before data_meta.json); else a
+    ConfigError naming the command that answers it."""
+    if task is not None and task not in TASKS:
+        hint = "; e-mail runs answer with `trmkit email predict`" if task.startswith("email") else ""
+        raise ConfigError(f"{run_dir}: a run of the {task!r} task; `trmkit predict` answers runs trained on "
+                          f"{', '.join(TASKS)} stores{hint}")
+
+
 def model_parts(task: str | None) -> PartsFactory | None:
     """The pieces of the model (model/parts.py) the run's task adds, e.g. a maze trace's answer fold."""
     from trmkit.tasks import maze, pairs, sudoku
@@ -91,15 +100,13 @@ class Predictor:
             raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run directory written by "
                               "`trmkit train`?")
         check_evaluable(run_dir, "predict")  # a self-play run: `trmkit rl eval`
+        check_task(rundir.task_of(run_dir), run_dir)  # before the store is read: an e-mail run needs its part
         overrides = [f"run.dir={run_dir}"] + ([f"data.path={data}"] if data else [])
         cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides)
         session = prepare(cfg, hw, log=plan_lines_to(log, verbose), cache_dir=cache_dir, evaluate_only=True,
                           parts=model_parts(rundir.task_of(run_dir)))
         task = (session.data.train or session.data.test).meta.task
-        if task not in TASKS:
-            hint = "; e-mail runs answer with `trmkit email predict`" if task.startswith("email") else ""
-            raise ConfigError(f"{run_dir}: a run of the {task!r} task; `trmkit predict` answers runs trained on "
-                              f"{', '.join(TASKS)} stores{hint}")
+        check_task(task, run_dir)
         evaluate.load_weights(session, run_dir)
         return cls(session, task)
 

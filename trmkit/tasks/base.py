@@ -49,7 +49,7 @@ class SamplerFactory(Protocol):
 
 class BeforeTraining(Protocol):
     """Run once the model and the training split exist, before the first step (e-mail: fit the bag's linear
-    model, model.input_linear); a resumed run reloads its checkpoint after it."""
+    model, email.input_linear); a resumed run reloads its checkpoint after it."""
 
     def __call__(self, model: torch.nn.Module, train: Split, class_weights: torch.Tensor | None,
                  log: Log) -> None: ...

@@ -32,7 +32,7 @@ from trmkit.data.hints import MissingStore
 from trmkit.data.stream import SampleStream
 from trmkit.hardware import HardwareInfo
 from trmkit.hardware.memory import PeakMeter
-from trmkit.model.parts import PartsFactory
+from trmkit.model.parts import PartsFactory, build_parts
 from trmkit.model.trm import TRM
 from trmkit.plan import Plan, apply_to_model, apply_to_process, make_plan
 from trmkit.plan.device import choose_device
@@ -44,7 +44,7 @@ from trmkit.train import distributed as dist_mod
 from trmkit.train.distributed import SINGLE, World
 from trmkit.train.scorer import Scorer
 from trmkit.train.guard import MemoryGuard, PeakReader
-from trmkit.train.objective import Objective
+from trmkit.train.objective import Objective, empty_state, owns_model, policy_plan_log, with_policy_plan
 from trmkit.train.optim import EMA, SparseSignSGD, build_optimizer
 from trmkit.train.execution import resume_dtype, resume_micro_batch, saved_meta
 from trmkit.train.step import Optimizers, StepContext, TrainState, new_state
@@ -143,7 +143,7 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     meta = split.meta
     fields = {"vocab_size": meta.vocab_size, "seq_len": meta.seq_len,
               "num_puzzle_ids": meta.num_puzzle_identifiers, "num_classes": len(meta.classes),
-              "pooled_positions": meta.pooled_positions, "answer_vocab": meta.answer_vocab}
+              "part_positions": meta.part_positions, "answer_vocab": meta.answer_vocab}
     if mixer == "conv":
         fields.update(grid_fields(split))
     return fields
@@ -298,29 +298,35 @@ def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool
 
 
 def plan_run(cfg: Config, local: Config, hw: HardwareInfo, world: World, meter: PeakMeter, saved: dict,
-             log: Log, cache_dir: Path | None) -> Plan:
-    """The planner's choices, made once on rank 0 and shared with every process; applied to this one."""
+             log: Log, cache_dir: Path | None, objective: Objective | None = None) -> Plan:
+    """The planner's choices, made once on rank 0 and shared with every process; applied to this one (an
+    objective with its own policy sets the micro-batch: train/objective.py `with_policy_plan`)."""
     if world.active:
         backend = dist_mod.start(world, str(choose_device(cfg.run.device, hw).value), cfg.run.dist_timeout)
         log(dist_mod.environment_summary(world, backend))
     with meter.phase("plan"):  # dtype and speed probes, compile measurement, calibration
-        plan = None
+        plan, said = None, policy_plan_log(log) if owns_model(objective) else log  # a policy says its own step
         if world.main:  # one plan for every process, made while the others wait (no probe competes)
-            plan = make_plan(local, hw, cache_dir=cache_dir, log=log,
+            plan = make_plan(local, hw, cache_dir=cache_dir, log=said,
                              saved_config=saved.get("config"), world=world.size, ranks_here=world.local_size)
         if world.active:
             plan = dist_mod.share_object(plan, world)
+        if owns_model(objective):
+            plan = with_policy_plan(plan, objective, log)
     apply_to_process(plan)
     return plan
 
 
-def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log, parts: PartsFactory | None = None
-                ) -> tuple[TRM, Optimizers, TrainState, Callable | None]:
+def build_model(cfg: Config, plan: Plan, slots: int, world: World, log: Log, parts: PartsFactory | None = None,
+                objective: Objective | None = None) -> tuple[TRM, Optimizers, TrainState, Callable | None]:
     """Seed, then model (with the task's parts), optimizers, compiled net and slot state, in the order of
-    their random draws."""
+    their random draws; an objective with its own policy builds its model and optimizers itself."""
     seed_everything(cfg.run.seed)
     device = plan.torch_device()
-    model = TRM(cfg.model, parts(cfg.model) if parts is not None else ()).to(device)
+    if owns_model(objective):
+        model = objective.build_model(device, log)
+        return model, objective.build_optimizers(model), empty_state(device), None
+    model = TRM(cfg.model, build_parts(parts, cfg)).to(device)
     if model.extra_outputs != len(cfg.model.trace_ids):
         raise ConfigError(f"model.trace_answers={cfg.model.trace_answers!r}: a model trained on a trace folds "
                           f"its {len(cfg.model.trace_ids)} trace outputs with its task's model part, and the "
@@ -446,7 +452,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     sampler: the task's generator (data.stream=generate): (store meta, cfg) -> one example at a difficulty; the
     task reads its own knobs from cfg (the maze task's section `maze:`).
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
-    training split exist, e.g. to fit frozen weights (the e-mail task's input_linear); a resumed run reloads
+    training split exist, e.g. to fit frozen weights (the e-mail task's email.input_linear); a resumed run reloads
     its checkpoint after it. parts: the task's pieces of the model (model/parts.py).
     fresh: a new run in a run.dir whose old run is deleted after this (--force): its checkpoints are not read."""
     started, meter = time.perf_counter(), meter or PeakMeter().start()
@@ -458,10 +464,10 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
     cfg = trace_outputs(cfg, sampler, log) if objective is None and not evaluate_only else cfg
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
-    plan = plan_run(cfg, local, hw, world, meter, trained, log, cache_dir)
+    plan = plan_run(cfg, local, hw, world, meter, trained, log, cache_dir, objective)
     with meter.phase("setup"):
         slots = 0 if objective is not None else local.train.batch_size  # an objective keeps no ACT carry
-        model, opts, state, net = build_model(cfg, plan, slots, world, log, parts)
+        model, opts, state, net = build_model(cfg, plan, slots, world, log, parts, objective)
     guard = make_guard(local, plan, hw, log, meter)  # after model and state exist: it reads the RSS
     micro = resume_micro_batch(guard.micro_batch if guard else int(plan.micro_batch.value), trained, log)
     if guard is not None:
@@ -470,9 +476,6 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     if objective is None and not evaluate_only:
         data.stream = training_stream(cfg, data, world, sampler, log)
         data.val = open_val_split(cfg.data.path)
-        if cfg.model.input_linear and before_training is None:
-            raise ConfigError(f"model.input_linear is fitted by the store's task before training, and the "
-                              f"{(data.train or data.test).meta.task} task fits none: set model.input_linear=false")
         if cfg.train.init_from and not saved:  # a resumed run reads its checkpoint instead
             init_from(model, opts.ema, cfg.train.init_from, list((data.train or data.test).meta.vocab), log)
         if before_training is not None:

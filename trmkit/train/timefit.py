@@ -71,6 +71,6 @@ def spent_before(seconds: float, minutes: float) -> str:
     said = f"{seconds:.0f} s of it went to preparing the run (planning, the task's fit before training)"
     if share >= 0.5:
         said += (f": {share:.0%} of the budget, so little is left for training; give more minutes, or make the "
-                 "preparation shorter (e-mail: a fixed model.input_linear_c and input_linear_weighting skip the "
+                 "preparation shorter (e-mail: a fixed email.input_linear_c and input_linear_weighting skip the "
                  "cross-validation)")
     return said

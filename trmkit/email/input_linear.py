@@ -1,17 +1,18 @@
-"""A frozen linear model of the input's pooled ids (model.input_linear): the read, in the forward pass.
+"""A frozen linear model of the bag's ids (email.input_linear): the read, in the forward pass.
 
-A classifier whose store ends each example with `model.pooled_positions` ids (the e-mail task's bag
-of n-grams) may add to its class logits a linear model of those ids,
+An e-mail classifier whose store ends each example with the bag's ids (its last `model.part_positions`
+positions, read by the e-mail model part: email/parts.py) may add to its class logits a linear model
+of those ids,
 
     logits_in(x) = sum over the pooled ids j of v_j W[j] + b        (W: vocab x classes)
 
-with v_j = 1 (model.input_linear_weighting: binary), or (idf) v_j = idf_j / sqrt(sum over the row of
+with v_j = 1 (email.input_linear_weighting: binary), or (idf) v_j = idf_j / sqrt(sum over the row of
 idf^2), idf_j kept as a buffer: a row's TF-IDF vector over its ids (binary tf: a row holds an id once).
 W, b (and idf) are buffers, not parameters: the store's task fits them before training
 (Task.before_training; e-mail: email/linear_fit.py) and they stay frozen. The recursion's own head
 starts beside it and learns what it leaves; a resumed run reloads them with the rest.
 
-Out of fold (model.input_linear_folds = K >= 2): the task also fits K models, each without one fold
+Out of fold (email.input_linear_folds = K >= 2): the task also fits K models, each without one fold
 of the training split, and a training step adds to each row the logits of the fit that did not see
 it (stacking); evaluation and inference use the fit on the whole split. A row's fold is a hash of
 its pooled ids (`fold_of`): the model reads it from the input alone, and identical rows share a fold.
