@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import resource
 import sys
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
+from _capped import progress  # noqa: E402
 BETA = 0.04  # the KL weight of the synthetic loss
 
 
@@ -48,10 +49,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--allocator", choices=("default", "return"), default="default",
                    help="return: glibc unmaps every freed block of 1 MiB or more at once (trmkit.hardware.allocator)")
     return p.parse_args(argv)
-
-
-def progress(phase: str) -> None:
-    print(f"phase {phase} {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
 def synthetic_batch(args: argparse.Namespace, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
@@ -139,36 +136,18 @@ def run_arm(args: argparse.Namespace) -> dict:
 
 
 def run_capped(args: argparse.Namespace, argv: list[str]) -> dict:
-    """This arm again in a fresh cgroup limited to --cap; a kill by the limit is a result."""
-    import tempfile
+    """This arm again in a fresh cgroup limited to --cap (benchmarks/_capped.py); a kill by the limit is a result."""
+    from _capped import run_capped as capped
 
     from trmkit.config import parse_size
-    from trmkit.hardware.limits import find_cgroup_root, run_in_cgroup
 
-    root, why = find_cgroup_root()
-    if root is None:
-        raise SystemExit(f"--cap needs a memory cgroup: {why}")
-    limit = parse_size(args.cap)
     child_argv = [a for i, a in enumerate(argv) if a != "--cap" and (i == 0 or argv[i - 1] != "--cap")]
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "arm.log"
-        out = run_in_cgroup([sys.executable, __file__, *child_argv], limit, root, f"lmprobe-{args.arm}", log,
-                            dict(os.environ), ROOT)
-        text = log.read_text()
-    lines = [line for line in text.splitlines() if line.startswith("{")]
-    if out["exit_code"] == 0 and lines:
-        return {**json.loads(lines[-1]), "cap_gb": round(limit / 2**30, 2)}
-    reached = [line.split()[1] for line in text.splitlines() if line.startswith("phase ")]
-    return {"arm": args.arm, "shape": args.shape, "dtype": args.dtype, "batch": args.batch, "len": args.len,
-            "fitted": False, "cap_gb": round(limit / 2**30, 2), "exit_code": out["exit_code"],
-            "oom_kills": out["oom_kills"], "last_phase": reached[-1] if reached else None,
-            "peak_rss_gb": round(out["max_rss"] / 2**30, 3), "seconds": round(out["seconds"], 1),
-            "note": f"did not fit under {args.cap}: killed in phase {reached[-1] if reached else '?'}"}
+    out = capped([sys.executable, __file__, *child_argv], parse_size(args.cap), f"lmprobe-{args.arm}", echo=False)
+    return {"arm": args.arm, "shape": args.shape, "dtype": args.dtype, "batch": args.batch, "len": args.len, **out}
 
 
 def main(argv: list[str]) -> None:
     args = parse(argv)
-    sys.path.insert(0, str(ROOT))
     result = run_capped(args, argv) if args.cap else run_arm(args)
     print(json.dumps(result), flush=True)
 

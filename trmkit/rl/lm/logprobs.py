@@ -38,14 +38,17 @@ def hidden_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     return out.last_hidden_state
 
 
-def head_logprobs(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log softmax(lm_head(h))[target] in float32 for one chunk: h (N, D), targets (N,) -> (N,)."""
+def head_logprobs(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor,
+                  temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(lm_head(h) / temperature)[target] in float32 for one chunk: h (N, D), targets (N,) -> (N,)."""
     z = head(h).float()  # (N, V)
+    if temperature != 1.0:
+        z = z / temperature
     return z.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
 
 
 def chunked_head_logprobs(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor, chunk_tokens: int,
-                          use_checkpoint: bool = True) -> torch.Tensor:
+                          use_checkpoint: bool = True, temperature: float = 1.0) -> torch.Tensor:
     """`head_logprobs` over chunks of `chunk_tokens` rows: h (N, D), targets (N,) -> (N,)."""
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, not {chunk_tokens}")
@@ -54,33 +57,34 @@ def chunked_head_logprobs(head: torch.nn.Module, h: torch.Tensor, targets: torch
     for start in range(0, h.shape[0], chunk_tokens):
         h_c, t_c = h[start:start + chunk_tokens], targets[start:start + chunk_tokens]
         if recompute:
-            pieces.append(checkpoint(head_logprobs, head, h_c, t_c, use_reentrant=False))
+            pieces.append(checkpoint(head_logprobs, head, h_c, t_c, temperature, use_reentrant=False))
         else:
-            pieces.append(head_logprobs(head, h_c, t_c))
+            pieces.append(head_logprobs(head, h_c, t_c, temperature))
     return torch.cat(pieces) if pieces else h.new_zeros(0, dtype=torch.float32)
 
 
 def response_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                      chunk_tokens: int = 1024, use_checkpoint: bool = True) -> torch.Tensor:
+                      chunk_tokens: int = 1024, use_checkpoint: bool = True, temperature: float = 1.0) -> torch.Tensor:
     """log pi of each response token, chunked: (B, P + R) -> (B, R) float32; no (B, R, vocab) tensor is built.
 
-    `prompt_len` is P, the column of the first response token (>= 1: the prompt has at least a bos)."""
+    `prompt_len` is P, the column of the first response token (>= 1: the prompt has at least a bos); pi is the
+    softmax of logits / `temperature`, the distribution a rollout at that temperature samples from."""
     if not 1 <= prompt_len <= input_ids.shape[1]:
         raise ValueError(f"prompt_len must be in [1, {input_ids.shape[1]}], not {prompt_len}")
     h = hidden_states(model, input_ids, attention_mask)[:, prompt_len - 1:-1]  # (B, R, D)
     targets = input_ids[:, prompt_len:]  # (B, R)
     rows, length = targets.shape
     flat = chunked_head_logprobs(model.get_output_embeddings(), h.reshape(rows * length, -1),
-                                 targets.reshape(-1), chunk_tokens, use_checkpoint)
+                                 targets.reshape(-1), chunk_tokens, use_checkpoint, temperature)
     return flat.view(rows, length)
 
 
 def response_logprobs_unchunked(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                prompt_len: int) -> torch.Tensor:
+                                prompt_len: int, temperature: float = 1.0) -> torch.Tensor:
     """The same log-probs through the whole (B, T, vocab) float32 logits: the naive path, and the tests' truth."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask,
                    position_ids=position_ids(attention_mask), use_cache=False).logits
-    logp = F.log_softmax(logits[:, prompt_len - 1:-1].float(), dim=-1)  # (B, R, V)
+    logp = F.log_softmax(logits[:, prompt_len - 1:-1].float() / temperature, dim=-1)  # (B, R, V)
     return logp.gather(-1, input_ids[:, prompt_len:, None]).squeeze(-1)
 
 

@@ -87,10 +87,11 @@ def trainable_params(model: Any) -> list[torch.nn.Parameter]:
 
 
 def reference_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                       chunk_tokens: int = 1024) -> torch.Tensor:
+                       chunk_tokens: int = 1024, temperature: float = 1.0) -> torch.Tensor:
     """log pi_ref of the response tokens: the same weights with adapters off, no gradients: (B, P + R) -> (B, R)."""
     with model.disable_adapter(), torch.no_grad():
-        return response_logprobs(model, input_ids, attention_mask, prompt_len, chunk_tokens, use_checkpoint=False)
+        return response_logprobs(model, input_ids, attention_mask, prompt_len, chunk_tokens, use_checkpoint=False,
+                                 temperature=temperature)
 
 
 def decoder_layers(model: Any) -> torch.nn.ModuleList:
