@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
-# Self-play RL demo (docs/rl.md): seed a small TRM on executor traces for 4 minutes, then
-# 4 minutes of propose / solve / critique self-play with TR-RPG, every answer checked by
-# executing the code in the sandbox; prints the held-out solve rate (by execution) of both.
-# The full recipe is 15 minutes of seeding and 30 of self-play (MINUTES_SEED / MINUTES_RL).
+# Self-play RL demo (docs/rl.md). Two policies, one trainer:
+#   RL_POLICY=lm (the default): a causal language model of 3.3M random parameters (configs/selfplay-lm-tiny.yaml,
+#     byte tokenizer) is seeded on the game's examples, then plays propose / solve / critique on the built-in
+#     generated programs written as Python text, every answer run in the sandbox; about 10 minutes on 2 cores.
+#     It shows the LM path end to end (what a pretrained model from disk runs through, rl.model_path); a random
+#     model this small learns the answer formats, not the programs: expect solve rates near 0.
+#   RL_POLICY=trm: the Tiny Recursive Model on the list language (configs/selfplay-laptop.yaml), which does learn
+#     to solve (docs/results.md); 4 + 4 minutes here, 15 + 30 in the full recipe (MINUTES_SEED / MINUTES_RL).
+# Both print the held-out solve rate by execution per type, after seeding and after self-play; the LM demo
+# scores the held-out AZR seed programs too when the shared data (../shared/data/rl) is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 TRMKIT=.venv/bin/trmkit
 STAMP=$(date +%Y%m%d-%H%M%S)
-SEED=runs/rl-demo-seed-$STAMP
-RL=runs/rl-demo-selfplay-$STAMP
-$TRMKIT rl seed configs/selfplay-laptop.yaml run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-4}"
-$TRMKIT rl train configs/selfplay-laptop.yaml --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-4}"
-echo "== held-out solve rate by execution: seeded, then after self-play =="
+POLICY=${RL_POLICY:-lm}
+SEED=runs/rl-demo-$POLICY-seed-$STAMP
+RL=runs/rl-demo-$POLICY-selfplay-$STAMP
+if [ "$POLICY" = trm ]; then
+  CONFIG=configs/selfplay-laptop.yaml
+  $TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-4}"
+  $TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-4}"
+  echo "== held-out solve rate by execution: seeded, then after self-play =="
+  $TRMKIT rl eval "$SEED"
+  $TRMKIT rl eval "$RL"
+  $TRMKIT report "$RL" >/dev/null && echo "curves per role (rewards, solve rate, agreement, KL, entropy): $RL/report/"
+  exit 0
+fi
+[ "$POLICY" = lm ] || { echo "RL_POLICY=$POLICY: use lm or trm" >&2; exit 2; }
+CONFIG=configs/selfplay-lm-tiny.yaml
+SMALL=(rl.heldout_per_type=30 rl.eval_per_type=10)  # the demo's held-out sets: 30 generated tasks per type
+$TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-3}" "${SMALL[@]}"
+$TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-2.5}" "${SMALL[@]}"
+DATA=../shared/data/rl
+SEEDS=()
+if [ -f $DATA/azr_7b_seed_io.jsonl ]; then
+  SEEDS=(--seed-files "$DATA/azr_7b_seed_io.jsonl,$DATA/azr_3b_coder_seed_io.jsonl,$DATA/azr_7b_code_f_seed_io.jsonl")
+fi
+echo "== held-out solve rate by execution (greedy), per type: seeded, then after self-play =="
 $TRMKIT rl eval "$SEED"
-$TRMKIT rl eval "$RL"
-$TRMKIT report "$RL" >/dev/null && echo "curves per role (rewards, solve rate, agreement, KL, entropy): $RL/report/"
+$TRMKIT rl eval "$RL" "${SEEDS[@]}"

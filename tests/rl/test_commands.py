@@ -43,3 +43,30 @@ def test_eval_step_best_reads_the_run_s_best_checkpoint(tmp_path):
     assert commands.checkpoint_step(tmp_path, "best", said.append) == 350 and "step 350" in said[-1]
     with pytest.raises(ConfigError, match="--step last"):
         commands.checkpoint_step(tmp_path, "last", said.append)
+
+
+def test_lm_eval_text_shows_each_kind_and_source_with_its_count_not_the_slices():
+    result = {"solve_rate": 0.5, "samples": 4, "solve_rate/deduction": 1.0, "samples/deduction": 2,
+              "solve_rate/azr": 0.0, "samples/azr": 2, "solve_rate/builtin/deduction/depth1": 0.25}
+    rows = {line.split()[0]: line for line in commands.lm_eval_table(result).splitlines()[1:]}
+    assert rows["solve_rate/deduction"].endswith("1.000 (2)") and rows["solve_rate/azr"].endswith("0.000 (2)")
+    assert "solve_rate/builtin/deduction/depth1" not in rows  # the slices are in --json
+
+
+def test_an_lm_policy_gets_the_lm_objectives_and_its_own_micro_batch_guard(tmp_path):
+    from pathlib import Path
+
+    from trmkit import config as config_mod
+    from trmkit.rl.config import APPS
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "selfplay-lm-tiny.yaml"
+    cfg = config_mod.load(config, ["rl.model_shape=tiny", f"run.dir={tmp_path}"], APPS)
+    said = []
+    objective, cfg = commands.make_objective("train", cfg, said.append)
+    try:
+        assert type(objective).__name__ == "LMSelfPlayObjective" and objective.name == "selfplay"
+        assert not cfg.run.memory_guard and any("run.memory_guard -> off" in line for line in said)
+        micro, why = objective.memory_plan("float32", "set", 2**30, said.append)
+        assert 1 <= micro <= objective.round_rows() and "budget of 1.0 GiB" in why
+    finally:
+        objective.close()

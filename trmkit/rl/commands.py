@@ -15,7 +15,7 @@ from pathlib import Path
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import ConfigError
-from trmkit.rl.config import APPS
+from trmkit.rl.config import APPS, rl_config
 from trmkit.train.hooks import Hooks
 
 RL_TASK = "selfplay-code"  # data_meta.json's "task" of a seeding or self-play run (rl/objective.py's identity)
@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "results, \"solved\", for `trmkit rl compare`)")
     s.add_argument("--step", default=None, help="score the run's checkpoint of this step instead of its final "
                    "weights; 'best': the one its evaluations chose (checkpoints/best.json)")
+    s.add_argument("--seed-files", default=None, metavar="PATHS",
+                   help="an LM policy's run (rl.policy=lm): also score the held-out AZR seed programs of these "
+                        "comma-separated jsonl files (rl.seed_files)")
     s = sub.add_parser("heldout", help="rebuild the stored held-out set and check it (or --write it)")
     s.add_argument("--write", action="store_true", help="write trmkit/rl/heldout.json from its fixed seed")
     s = sub.add_parser("compare", help="two `rl eval --json` results on the same tasks: paired differences")
@@ -66,6 +69,8 @@ def make_objective(kind: str, cfg: config_mod.Config, log=print):
     from trmkit.rl.seed import SeedObjective
     from trmkit.rl.selfplay import SelfPlayObjective
 
+    if rl_config(cfg).policy == "lm":
+        return make_lm_objective(kind, cfg, log)
     if cfg.model.mixer != "attention":
         raise ConfigError(f"model.mixer={cfg.model.mixer!r}: the policy's (role, type) groups have different "
                           "lengths, which only mixer=attention reads; set model.mixer=attention")
@@ -77,6 +82,20 @@ def make_objective(kind: str, cfg: config_mod.Config, log=print):
             "model would recompile for each)")
         cfg = config_mod.replace(cfg, "run", compile="off")
     return (SeedObjective if kind == "seed" else SelfPlayObjective)(cfg, log), cfg
+
+
+def make_lm_objective(kind: str, cfg: config_mod.Config, log=print):
+    """rl.policy=lm: the causal-LM objectives (rl/lm_objective.py); `rl eval` uses the seeding one (no round)."""
+    from trmkit.rl.lm_objective import LMSeedObjective, LMSelfPlayObjective
+
+    if cfg.run.memory_guard:
+        log("rl: run.memory_guard -> off (the LM policy halves its own micro-batch on an allocation failure and "
+            "redoes the step: rl/lm/update.py MicroBatch)")
+        cfg = config_mod.replace(cfg, "run", memory_guard=False)
+    if cfg.run.compile != "off":
+        log(f"rl: run.compile={cfg.run.compile} -> off (the LM policy is not compiled)")
+        cfg = config_mod.replace(cfg, "run", compile="off")
+    return (LMSelfPlayObjective if kind == "train" else LMSeedObjective)(cfg, log), cfg
 
 
 def init_from(session, run_dir: Path, log=print) -> None:
@@ -100,6 +119,13 @@ class StartFrom(Hooks):
         from trmkit.train import checkpoint
 
         if not checkpoint.list_checkpoints(s.cfg.run.dir):
+            base = getattr(self.objective, "base", None)
+            if base is not None:  # an LM policy: the adapters fit only the base they were trained on
+                from trmkit.rl.lm.policy import check_base
+
+                saved = json.loads(rundir.path(self.run_dir, rundir.DATA_META).read_text()).get("base") \
+                    if rundir.path(self.run_dir, rundir.DATA_META).is_file() else None
+                check_base(saved, base, f"--init {self.run_dir}")
             init_from(s, self.run_dir)
             if isinstance(self.objective, SelfPlayObjective):  # it measures how far it moves from the seed
                 self.objective.set_reference(str(self.run_dir.resolve()))
@@ -121,28 +147,23 @@ def run_training(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from trmkit import hardware
-    from trmkit.train import evaluate
-    from trmkit.train.session import prepare
 
     run_dir = Path(args.run_dir)
     if not rundir.path(run_dir, rundir.CONFIG).is_file():
         raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run written by `trmkit rl seed|train`?")
     rundir.check_task(run_dir, RL_TASK, "a `trmkit rl seed|train` run: `trmkit eval RUN` evaluates it")
-    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}"], APPS)
+    extra = [f"rl.seed_files={args.seed_files}"] if getattr(args, "seed_files", None) else []
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}", *extra], APPS)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
     objective, cfg = make_objective("eval", cfg, log)
     rl = objective.rl
+    if rl.policy == "lm":
+        return run_lm_eval(args, cfg, objective, log)
     objective.eval_per_type, objective.validation = rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
     used = (f"the pool's last {rl.pool_val} tasks: rl.pool_val" if rl.pool_val else
             f"the first {rl.eval_per_type}: rl.eval_per_type")
     log(f"rl eval: all {rl.heldout_per_type} held-out tasks per type (the run's own evaluations used {used})")
-    try:
-        session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
-        evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
-        result = evaluate.run_eval(session, log=log)
-    finally:
-        objective.close()
+    result = evaluate_run(args, cfg, objective, run_dir, log)
     if args.json:
         result["solved"] = "".join("1" if r else "0" for r in objective.last_outcomes)
         result["heldout"] = {"seed": rl.heldout_seed, "per_type": rl.heldout_per_type}
@@ -151,6 +172,42 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         print(eval_table(result, rl.heldout_seed, rl.heldout_per_type))
     return 0
+
+
+def evaluate_run(args: argparse.Namespace, cfg: config_mod.Config, objective, run_dir: Path, log) -> dict:
+    """The run's weights (or --step's) scored by the objective's evaluation; the objective is closed after."""
+    from trmkit import hardware
+    from trmkit.train import evaluate
+    from trmkit.train.session import prepare
+
+    try:
+        session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
+        evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
+        return evaluate.run_eval(session, log=log)
+    finally:
+        objective.close()
+
+
+def run_lm_eval(args: argparse.Namespace, cfg: config_mod.Config, objective, log) -> int:
+    """`trmkit rl eval` of an LM policy's run: every held-out task, greedy, solve rate per kind and source."""
+    objective.eval_which = "all"
+    result = evaluate_run(args, cfg, objective, Path(args.run_dir), log)
+    if args.json:
+        print(json.dumps({**result, "weights": args.step or "final"}, indent=2))
+    else:
+        print(lm_eval_table(result))
+    return 0
+
+
+def lm_eval_table(result: dict) -> str:
+    """Solve rate (tasks) per kind and source, greedy, by execution in the sandbox."""
+    lines = ["held-out solve rate by execution (greedy), per kind and source (builtin: the generated programs "
+             "as Python; azr: the AZR seed programs held out)"]
+    names = {"builtin", "azr", "deduction", "abduction", "induction"}  # per kind and source; slices: --json
+    for key in sorted(k for k in result if k.split("/")[0] == "solve_rate" and set(k.split("/")[1:]) <= names):
+        n = result.get("samples" + key[len("solve_rate"):])
+        lines.append(f"{key:40s} {result[key]:.3f}" + (f" ({int(n)})" if n is not None else ""))
+    return "\n".join(lines)
 
 
 def checkpoint_step(run_dir: Path, step: str | None, log) -> int | None:

@@ -62,6 +62,21 @@ class RLConfig:
     sandbox_cpu_seconds: float = 1.0  # per program run
     sandbox_wall_seconds: float = 5.0
     sandbox_memory_mb: int = 512  # the worker's address-space limit
+    # a causal language model as the policy (rl.policy=lm; docs/rl.md "A language model as the policy")
+    policy: str = "trm"  # "trm": the Tiny Recursive Model on the list language; "lm": a causal LM on Python text
+    model_path: str = ""  # a local Hugging Face folder (config.json, *.safetensors, tokenizer); nothing downloaded
+    model_shape: str = ""  # or random weights of a named shape (rl/lm/shapes.py): benchmarks and tests
+    lm_dtype: str = "auto"  # float32 | bfloat16 | auto: bfloat16 only where the planner's dtype probe found it fast
+    lora_rank: int = 16  # LoRA's r; 0 = full fine-tune (then the KL to the reference is off)
+    lora_targets: str = "all"  # comma-separated projections (q_proj,v_proj,...) or "all" of them
+    checkpoint_layers: str = "all"  # decoder layers under gradient checkpointing: all, none, or "0,1,5"
+    chunk_tokens: int = 1024  # the lm_head and its softmax run over chunks of this many response tokens
+    max_prompt_tokens: int = 512  # longer prompts keep their last tokens (counted)
+    max_response_tokens: int = 256  # tokens generated per response
+    micro_batch: int = 0  # sequences per forward in rollouts and updates; 0 = the planner picks (memory model)
+    kl_reference: float = 0.0  # weight of the k3 KL to the adapters-off reference (0 = off)
+    seed_files: str = ""  # comma-separated AZR seed jsonl files (rl/azr/seeds.py): the game's seed programs
+    limo_files: str = ""  # comma-separated LIMO-style jsonl files for supervised seeding
 
     def __post_init__(self) -> None:
         for name in ("proposals_per_type", "propose_samples", "tasks_per_type", "critiques_per_type",
@@ -83,6 +98,45 @@ class RLConfig:
             raise ConfigError("rl.weight_*, rl.anchor_weight, rl.seed_pool and rl.curriculum_step must be >= 0")
         if self.pool_val and not 0 < self.pool_val < self.seed_pool:
             raise ConfigError(f"rl.pool_val={self.pool_val}: a part of the pool, so 0 < rl.pool_val < rl.seed_pool")
+        self._check_lm()
+
+    def _check_lm(self) -> None:
+        """The rl.policy=lm keys: each error names its key and the fix."""
+        for key, allowed in (("policy", ("trm", "lm")), ("lm_dtype", ("auto", "float32", "bfloat16"))):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"rl.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+        for name in ("chunk_tokens", "max_prompt_tokens", "max_response_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("lora_rank", "micro_batch", "kl_reference"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"rl.{name} must be >= 0, got {getattr(self, name)}")
+        if self.policy == "lm" and bool(self.model_path) == bool(self.model_shape):
+            raise ConfigError("rl.policy=lm: give exactly one of rl.model_path (a local Hugging Face folder) or "
+                              "rl.model_shape (random weights of a named shape, e.g. tiny or qwen2.5-0.5b)")
+        self.layer_list(0)  # the spelling of rl.checkpoint_layers; the range is checked against the model
+
+    def layer_list(self, layers: int) -> list[int]:
+        """rl.checkpoint_layers as decoder-layer indices of a model with `layers` of them."""
+        text = self.checkpoint_layers.strip()
+        if text in ("all", "none"):
+            return list(range(layers)) if text == "all" else []
+        try:
+            return [int(p) for p in text.split(",") if p.strip()]
+        except ValueError:
+            raise ConfigError(f"rl.checkpoint_layers={text!r}: use all, none, or layer indices such as 0,1,5"
+                              ) from None
+
+    def target_list(self, known: tuple[str, ...]) -> tuple[str, ...]:
+        """rl.lora_targets as projection names ("all": every one of `known`)."""
+        if self.lora_targets.strip() == "all":
+            return known
+        return tuple(p.strip() for p in self.lora_targets.split(",") if p.strip())
+
+    @staticmethod
+    def paths(text: str) -> list[str]:
+        """A comma-separated list of files (rl.seed_files, rl.limo_files)."""
+        return [p.strip() for p in text.split(",") if p.strip()]
 
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""

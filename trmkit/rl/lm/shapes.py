@@ -14,6 +14,8 @@ Where each came from (the values agree across these quotations):
   `hf_llama/llama_config.py` (llama3 rope scaling, factor 32, theta 500,000, tied embeddings); 1,235,814,400
   parameters.
 - tiny: Qwen2-style, 279,616 parameters, for tests; its vocabulary holds the byte tokenizer's 259 ids.
+- small: Qwen2-style, a few million parameters, for the CPU demo (configs/selfplay-lm-tiny.yaml): big enough to
+  learn the answer formats from seeding in minutes on two cores; same vocabulary as tiny.
 
 `max_position_embeddings` is capped at 32,768 for every shape (it only sizes the rotary cache's nominal range;
 no round here comes near it).
@@ -46,6 +48,8 @@ SHAPES: dict[str, dict] = {
     },
     "tiny": {**QWEN25_COMMON, "vocab_size": 512, "max_position_embeddings": 2048, "hidden_size": 64,
              "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "small": {**QWEN25_COMMON, "vocab_size": 512, "max_position_embeddings": 2048, "hidden_size": 256,
+              "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2},
 }
 
 
