@@ -70,3 +70,16 @@ def test_an_lm_policy_gets_the_lm_objectives_and_its_own_micro_batch_guard(tmp_p
         assert 1 <= micro <= objective.round_rows() and "budget of 1.0 GiB" in why
     finally:
         objective.close()
+
+
+def test_rl_memory_prints_the_table_and_refuses_bad_input_in_one_line(capsys):
+    from trmkit import cli
+
+    assert cli.main(["rl", "memory", "--shape", "qwen2.5-1.5b", "--response-len", "32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows["efficient"]["peak"] < 10 < rows["naive"]["peak"]  # the 1.5B round fits 10 GB only efficiently
+    assert cli.main(["rl", "memory", "--shape", "qwen2.5-0.5"]) == 2
+    assert cli.main(["rl", "memory", "--batch", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model shape 'qwen2.5-0.5'; did you mean 'qwen2.5-0.5b'" in err and "--batch=0" in err
+    assert "Traceback" not in err

@@ -1,5 +1,7 @@
 """The analytic memory model of an LM round: each term, and the micro-batch it lets the planner pick."""
 
+import json
+
 import pytest
 
 from trmkit.rl.lm.memory import (LOGIT_COPIES, MemorySwitches, RoundShape, estimate, kv_cache_bytes, logits_bytes,
@@ -61,3 +63,24 @@ def test_the_planner_picks_the_largest_micro_batch_inside_the_budget():
 def test_every_term_is_positive_for_every_shape(name):
     est = estimate(SHAPES[name], RoundShape(2, 64, 64), MemorySwitches())
     assert all(v > 0 for k, v in est.terms.items() if k != "reference_copy")
+
+
+def test_the_memory_table_shows_each_switch_saving_and_the_measured_peaks_beside(tmp_path):
+    from trmkit.rl.lm.memory_table import table
+
+    measured = tmp_path / "round.json"
+    measured.write_text(json.dumps({"arms": {"naive": {"fitted": False, "peak_rss_gb": 11.2},
+                                             "efficient": {"fitted": True, "peak_rss_gb": 2.14}}}))
+    lines, rows = table("qwen2.5-0.5b", 8, 256, 32, measured=[measured])
+    assert list(rows) == ["naive", "lora", "checkpoint", "chunked", "bf16", "efficient"]
+    naive = rows["naive"]
+    assert naive["saved"] == 0 and naive["reference_copy"] == naive["weights"] > 0
+    for name, term in (("lora", "adam"), ("checkpoint", "activations"), ("chunked", "logits"), ("bf16", "weights")):
+        assert rows[name][term] < naive[term] and 0 < rows[name]["saved"] < rows["efficient"]["saved"], name
+    assert rows["lora"]["reference_copy"] == 0  # the reference is the adapters-off base
+    assert rows["efficient"]["peak"] < naive["peak"] / 4
+    assert rows["naive"]["measured"] == "did not fit" and rows["efficient"]["measured"] == "2.14"
+    assert "lora" not in [k for k, v in rows.items() if "measured" in v]
+    measured.write_text("[]")
+    with pytest.raises(ValueError, match="round.json: not a JSON written by benchmarks/rl_lm_memory.py"):
+        table("tiny", 2, 8, 8, measured=[measured])

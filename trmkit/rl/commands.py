@@ -45,6 +45,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed-files", default=None, metavar="PATHS",
                    help="an LM policy's run (rl.policy=lm): also score the held-out AZR seed programs of these "
                         "comma-separated jsonl files (rl.seed_files)")
+    s = sub.add_parser("memory", help="an LM policy's round: what each memory switch saves (the memory model, "
+                       "beside a benchmark's measured peaks)")
+    s.add_argument("--shape", default="qwen2.5-0.5b", help="a named shape: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, "
+                   "llama-3.2-1b")
+    s.add_argument("--batch", type=int, default=8, help="rows per micro-batch")
+    s.add_argument("--prompt-len", type=int, default=256)
+    s.add_argument("--response-len", type=int, default=256)
+    s.add_argument("--rank", type=int, default=16, help="LoRA r")
+    s.add_argument("--chunk", type=int, default=1024, help="response tokens per lm_head chunk")
+    s.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="the efficient arm's weights")
+    s.add_argument("--measured", nargs="+", default=(), metavar="JSON", help="benchmarks/rl_lm_memory.py --json "
+                   "outputs: their measured peaks beside the estimates")
+    s.add_argument("--json", action="store_true", help="print the table as JSON")
     s = sub.add_parser("heldout", help="rebuild the stored held-out set and check it (or --write it)")
     s.add_argument("--write", action="store_true", help="write trmkit/rl/heldout.json from its fixed seed")
     s = sub.add_parser("compare", help="two `rl eval --json` results on the same tasks: paired differences")
@@ -54,7 +67,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return {"seed": run_training, "train": run_training, "eval": run_eval, "heldout": run_heldout,
-            "compare": run_compare}[args.rl_command](args)
+            "compare": run_compare, "memory": run_memory}[args.rl_command](args)
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    """`trmkit rl memory`: the memory model's table of one round per switch (trmkit/rl/lm/memory_table.py)."""
+    from trmkit.rl.lm.memory_table import table
+
+    for name in ("batch", "prompt_len", "response_len", "rank", "chunk"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    try:
+        lines, rows = table(args.shape, args.batch, args.prompt_len, args.response_len, args.rank, args.chunk,
+                            args.dtype, args.measured)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    print(json.dumps(rows, indent=2) if args.json else "\n".join(lines))
+    return 0
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
