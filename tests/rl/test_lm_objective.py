@@ -62,7 +62,9 @@ def test_seed_then_selfplay_through_the_trainer_and_the_adapters_carry_over(tmp_
     args = commands.argparse.Namespace(run_dir=str(tmp_path / "seed"), json=True, step=None, seed_files=None,
                                        cache_dir=tmp_path / "cache")
     assert commands.run_eval(args) == 0  # `trmkit rl eval` of an LM run: every held-out task, per kind
-    scored = json.loads(capsys.readouterr().out)
+    said = capsys.readouterr()
+    scored = json.loads(said.out)
+    assert "plan: " not in said.err and "micro_batch=" not in said.err  # the plan's lines only with --verbose
     assert scored["samples/builtin/deduction"] == 20 and 0 <= scored["solve_rate/deduction"] <= 1
     cfg = lm_config(tmp_path, "rl", "train.max_steps=1")
     result = train("train", cfg, tmp_path, init=tmp_path / "seed")

@@ -111,8 +111,9 @@ def make_plan(cfg: Config, hw: HardwareInfo,
 
 PLAN_PREFIX = "plan: "
 # what a command that only uses a trained model leaves out unless --verbose: the plan's choices, and the
-# note that a resumed run keeps its checkpoint's dtype (execution.resume_dtype; nothing resumes here)
-QUIET_PREFIXES = (PLAN_PREFIX, "resume: dtype=")
+# notes that a resumed run keeps its checkpoint's dtype or changes its micro-batch (train/execution.py;
+# nothing resumes here)
+QUIET_PREFIXES = (PLAN_PREFIX, "resume: dtype=", "resume: the checkpoint was trained at micro_batch=")
 
 
 def plan_lines_to(log: Log, verbose: bool) -> Log:

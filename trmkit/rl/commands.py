@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "results, \"solved\", for `trmkit rl compare`)")
     s.add_argument("--step", default=None, help="score the run's checkpoint of this step instead of its final "
                    "weights; 'best': the one its evaluations chose (checkpoints/best.json)")
+    s.add_argument("--verbose", action="store_true", help="also print the plan's lines (threads, dtype, budget)")
     s.add_argument("--seed-files", default=None, metavar="PATHS",
                    help="an LM policy's run (rl.policy=lm): also score the held-out AZR seed programs of these "
                         "comma-separated jsonl files (rl.seed_files)")
@@ -206,11 +207,13 @@ def run_eval(args: argparse.Namespace) -> int:
 def evaluate_run(args: argparse.Namespace, cfg: config_mod.Config, objective, run_dir: Path, log) -> dict:
     """The run's weights (or --step's) scored by the objective's evaluation; the objective is closed after."""
     from trmkit import hardware
+    from trmkit.plan import plan_lines_to
     from trmkit.train import evaluate
     from trmkit.train.session import prepare
 
-    try:
-        session = prepare(cfg, hardware.probe(), log=log, cache_dir=args.cache_dir, objective=objective)
+    try:  # the plan's lines only with --verbose, as `trmkit eval` prints them
+        session = prepare(cfg, hardware.probe(), log=plan_lines_to(log, getattr(args, "verbose", False)),
+                          cache_dir=args.cache_dir, objective=objective)
         evaluate.load_weights(session, run_dir, checkpoint_step(run_dir, args.step, log))
         return evaluate.run_eval(session, log=log)
     finally:
