@@ -2,7 +2,7 @@
 # Self-play RL demo (docs/rl.md). Two policies, one trainer:
 #   RL_POLICY=lm (the default): a causal language model of 3.3M random parameters (configs/selfplay-lm-tiny.yaml,
 #     byte tokenizer) is seeded on the game's examples, then plays propose / solve / critique on the built-in
-#     generated programs written as Python text, every answer run in the sandbox; about 10 minutes on 2 cores.
+#     generated programs written as Python text, every answer run in the sandbox; under 10 minutes on 2 cores (seed 2.5, self-play 2, the rest evaluation).
 #     It shows the LM path end to end (what a pretrained model from disk runs through, rl.model_path); a random
 #     model this small learns the answer formats, not the programs: expect solve rates near 0.
 #   RL_POLICY=trm: the Tiny Recursive Model on the list language (configs/selfplay-laptop.yaml), which does learn
@@ -30,8 +30,8 @@ fi
 [ "$POLICY" = lm ] || { echo "RL_POLICY=$POLICY: use lm or trm" >&2; exit 2; }
 CONFIG=configs/selfplay-lm-tiny.yaml
 SMALL=(rl.heldout_per_type=30 rl.eval_per_type=10)  # the demo's held-out sets: 30 generated tasks per type
-$TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-3}" "${SMALL[@]}"
-$TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-2.5}" "${SMALL[@]}"
+$TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-2.5}" "${SMALL[@]}"
+$TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-2}" "${SMALL[@]}"
 DATA=../shared/data/rl
 SEEDS=()
 if [ -f $DATA/azr_7b_seed_io.jsonl ]; then
