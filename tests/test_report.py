@@ -54,6 +54,18 @@ def test_write_report_makes_pngs_and_markdown(tmp_path):
     assert "![loss](loss.png)" in md and "not plotted: eval/loss, train/exact_accuracy." in md
 
 
+def test_an_lm_policy_run_reports_its_policy_settings_not_the_probe_s_trm_shape(tmp_path):
+    run = tmp_path / "runs" / "lm"
+    _write_run(run, steps=10)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["rl"] = {"policy": "lm", "model_shape": "small", "model_path": "", "lora_rank": 16}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    write_report(run)
+    md = (run / "report" / "report.md").read_text()
+    assert "| rl.model_shape | small |" in md and "| rl.lora_rank | 16 |" in md
+    assert "model.hidden_size" not in md and "rl.model_path" not in md  # the probe's TRM; an unset path
+
+
 def test_write_report_without_summary_or_config(tmp_path):
     run = tmp_path / "bare"
     _write_run(run, with_summary=False)

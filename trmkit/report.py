@@ -69,6 +69,12 @@ KEY_SETTINGS = (
     "model.halt_max_steps", "model.mixer", "train.batch_size", "train.micro_batch",
     "train.max_steps", "train.lr", "run.threads", "run.dtype", "run.compile", "run.seed",
 )
+# An LM policy's run (rl.policy: lm) trains no TRM: its model section only sized the planner's probe.
+LM_SETTINGS = (
+    "rl.policy", "rl.model_path", "rl.model_shape", "rl.lm_dtype", "rl.lora_rank", "rl.checkpoint_layers",
+    "rl.max_prompt_tokens", "rl.max_response_tokens", "rl.micro_batch", "rl.lr", "train.batch_size", "train.lr",
+    "run.threads", "run.dtype", "run.seed",
+)
 # A task's own plots: (run_dir, out_dir) -> (figures written, Markdown section appended to report.md).
 Plots = Callable[[Path, Path], tuple[list[Path], str]]
 
@@ -287,7 +293,8 @@ def _markdown(name: str, summary: Mapping[str, Any], config: Mapping[str, Any],
     rates = summary.get("samples_per_second") or {}
     lines = [f"# Run report: {name}", ""]
     if flat:
-        settings = [(k, flat[k]) for k in KEY_SETTINGS if k in flat]
+        keys = LM_SETTINGS if flat.get("rl.policy") == "lm" else KEY_SETTINGS
+        settings = [(k, flat[k]) for k in keys if k in flat and flat[k] != ""]
         lines += ["## Key settings", ""] + _table(settings or list(flat.items()), ("setting", "value"))
         lines += [""]
     else:
