@@ -2,8 +2,8 @@
 # Self-play RL demo (docs/rl.md). Two policies, one trainer:
 #   RL_POLICY=lm (the default): a causal language model of 3.3M random parameters (configs/selfplay-lm-tiny.yaml,
 #     byte tokenizer) is seeded on the game's examples, then plays propose / solve / critique on the built-in
-#     generated programs written as Python text, every answer run in the sandbox; under 10 minutes on 2 cores
-#     (seed 2.5, self-play 2, the rest evaluation).
+#     generated programs written as Python text, every answer run in the sandbox; 10 min 7 s on 2 loaded Xeon cores
+#     (2026-12-05, seed 3 + self-play 2.5 min then; now 2.5 + 2, the rest evaluation).
 #     It shows the LM path end to end (what a pretrained model from disk runs through, rl.model_path); a random
 #     model this small learns the answer formats, not the programs: expect solve rates near 0.
 #   RL_POLICY=trm: the Tiny Recursive Model on the list language (configs/selfplay-laptop.yaml), which does learn

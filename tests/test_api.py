@@ -77,3 +77,24 @@ def test_the_own_puzzle_example_runs_and_answers_in_the_inputs_form(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     answer = json.loads(proc.stdout.split("answer:")[1].strip().replace("'", '"'))
     assert len(answer) == 4 and all(len(row) == 4 and set(row) <= {1, 2, 3, 4} for row in answer)
+
+
+def test_a_section_the_store_s_task_does_not_read_is_refused_by_its_first_changed_key(tmp_path):
+    """e-mail's bag settings on a Sudoku store would train without a word: refused, naming the key."""
+    from trmkit import config as config_mod
+    from trmkit import registry
+    from trmkit.api import task_hooks
+    from trmkit.tasks.sudoku.build import build_sudoku
+
+    build_sudoku("generate", tmp_path / "data", num_generate=8, givens="40-45", test_fraction=0.25, aug=1,
+                 seed=1, log=lambda m: None)
+    (tmp_path / "cfg.yaml").write_text("model: {hidden_size: 16}\n")
+    load = lambda *extra: config_mod.load(tmp_path / "cfg.yaml", [f"data.path={tmp_path / 'data'}", *extra],  # noqa: E731
+                                          registry.SECTIONS)
+    assert task_hooks(load())["parts"] is None  # the task's own: nothing to refuse
+    assert task_hooks(load("maze.hardness=0"))["parts"] is None  # a section at its defaults changes nothing
+    with pytest.raises(ConfigError, match=r"email.input_linear=True: the 'email' section is not read by this "
+                                          r"store's task \(sudoku\)"):
+        task_hooks(load("email.input_linear=true"))
+    with pytest.raises(ConfigError, match=r"maze.hardness=12: the 'maze' section"):
+        task_hooks(load("maze.hardness=12"))

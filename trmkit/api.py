@@ -16,6 +16,7 @@ The functions that report progress take `log` (default: print) for what the CLI 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -345,10 +346,28 @@ class TaskHooks(TypedDict):
     parts: PartsFactory | None
 
 
+def check_sections(cfg: Config, task: Task) -> None:
+    """A task's store trains with its own config sections only: a section another task or application reads,
+    set away from its defaults (e-mail's `email.input_linear: true` on a Sudoku store), would be ignored in
+    silence, so it is refused by its first changed key."""
+    for name, section in cfg.sections.items():
+        if name in task.sections or not dataclasses.is_dataclass(section):
+            continue
+        changed = [f.name for f in dataclasses.fields(section)
+                   if getattr(section, f.name) != getattr(type(section)(), f.name)]
+        if changed:
+            key = changed[0]
+            raise ConfigError(f"{name}.{key}={getattr(section, key)!r}: the {name!r} section is not read by this "
+                              f"store's task ({task.name}), so it would be ignored; remove it from the config "
+                              "(or train on a store of the task that reads it)")
+
+
 def task_hooks(cfg: Config, log: Log = print) -> TaskHooks:
     """What the store's task plugs into the trainer: its scorer, its generator, its before-training hook and
     its pieces of the model."""
     task = store_task(cfg, log)
+    if task is not None:
+        check_sections(cfg, task)
     return TaskHooks(scorer=task.scorer if task else None, sampler=task.sampler if task else None,
                      before_training=task.before_training if task else None,
                      parts=task.model_parts if task else None)

@@ -296,3 +296,9 @@ def test_the_moving_curriculum_sets_the_rounds_proposals_and_lengths(monkeypatch
     assert [len(ro.parts[("propose", k)].rows) for k in ("deduction", "abduction", "induction")] == [2, 1, 1]
     assert {(lo, hi) for kind, lo, hi in drawn if kind == "abduction"} == {(2, 2)}
     assert {(lo, hi) for kind, lo, hi in drawn if kind == "induction"} == {(1, 3)}
+
+
+def test_rl_eval_refuses_seed_files_for_a_trm_run_in_one_line(seeded):
+    proc = trmkit("rl", "eval", str(seeded / "seed"), "--seed-files", "../shared/data/rl/azr_7b_seed_io.jsonl")
+    out, _ = procs.communicate(proc, SAFETY_TIMEOUT)
+    assert proc.returncode == 2 and "--seed-files:" in out and "rl.policy=trm" in out and "Traceback" not in out

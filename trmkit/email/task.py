@@ -459,7 +459,8 @@ def email_task(name: str, summary: str, options: type[OptionsT], build: Callable
     Both read the bag through the model's part (email/parts.py). Its preset is configs/email-PRESET.yaml."""
     hooks = dict(scorer=scorer, plots=plots, before_training=before_training) if classify else {}
     return Task(name=name, shape="classify" if classify else "grid", summary=f"e-mail {summary}", options=options,
-                build=build, presets={preset: f"configs/email-{preset}.yaml"}, model_parts=model_parts, **hooks)
+                build=build, presets={preset: f"configs/email-{preset}.yaml"}, model_parts=model_parts,
+                sections=("email",), **hooks)
 
 
 TASK = email_task(NAME, "classification: .eml folders, Maildir, mbox(.gz), CSV, JSONL -> categories",

@@ -189,6 +189,10 @@ def run_eval(args: argparse.Namespace) -> int:
     rl = objective.rl
     if rl.policy == "lm":
         return run_lm_eval(args, cfg, objective, log)
+    if extra:
+        objective.close()
+        raise ConfigError(f"--seed-files: {run_dir} is a TRM policy's run (rl.policy=trm), whose tasks are the list "
+                          "language; AZR seed programs are scored for an LM policy's run (rl.policy=lm)")
     objective.eval_per_type, objective.validation = rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
     used = (f"the pool's last {rl.pool_val} tasks: rl.pool_val" if rl.pool_val else
             f"the first {rl.eval_per_type}: rl.eval_per_type")

@@ -98,6 +98,7 @@ class Task(Generic[OptionsT]):
     variants: VariantsFactory | None = None  # test-time symmetries (`trmkit eval --vote`)
     before_training: BeforeTraining | None = None  # e.g. fit frozen weights from the training split
     model_parts: PartsFactory | None = None  # its pieces of the model (model/parts.py), e.g. a maze trace's fold
+    sections: tuple[str, ...] = ()  # the config sections it reads (trmkit/registry.py SECTIONS), e.g. ("maze",)
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:

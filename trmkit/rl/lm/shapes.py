@@ -57,7 +57,7 @@ def shape_config(name: str, key: str = "rl.model_shape") -> dict:
     """The architecture dict of a named shape (a copy), or a ConfigError naming the closest known shape."""
     if name in SHAPES:
         return dict(SHAPES[name])
-    close = difflib.get_close_matches(name, list(SHAPES), n=1, cutoff=0.0)
+    close = difflib.get_close_matches(name, list(SHAPES), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ConfigError(f"{key}: unknown model shape {name!r}; {hint}known shapes: {', '.join(SHAPES)}")
 

@@ -72,8 +72,8 @@ class MicroBatch:
 
     def halve(self, reason: str) -> None:
         if self.size == 1:
-            raise MemoryError(f"one row does not fit: {reason}; shorten rl.max_new_tokens / the prompts, or use "
-                              "LoRA, bfloat16 weights and checkpointing")
+            raise MemoryError(f"one row does not fit: {reason}; shorten rl.max_response_tokens / rl.max_prompt_tokens, "
+                              "or use LoRA, bfloat16 weights and checkpointing")
         before, self.size = self.size, self.size // 2
         self.clean, self.halvings = 0, self.halvings + 1
         self.log(f"warning: micro-batch {before} -> {self.size} ({reason}); redoing the step")

@@ -103,7 +103,7 @@ TASK = Task(
     name="maze", shape="grid",
     summary="shortest paths through N x N mazes (generated, or Maze-Hard CSV files)",
     options=MazeOptions, build=run_build, scorer=MazeScorer, sampler=maze_sampler,
-    variants=maze_variants, model_parts=model_parts,
+    variants=maze_variants, model_parts=model_parts, sections=("maze",),
     presets={"paper": "configs/maze-paper.yaml", "laptop": "configs/maze-laptop.yaml"},
     learn_set=MazeLearnSet(),
 )
