@@ -121,3 +121,12 @@ def test_a_bad_base_is_a_one_line_error_naming_the_key_or_file(tmp_path):
         RLConfig(checkpoint_layers="first")
     with pytest.raises(ConfigError, match="rl.policy='gpt'"):
         RLConfig(policy="gpt")
+
+
+def test_bench_rl_times_an_lm_policy_s_rounds_through_the_trainer(tmp_path):
+    from trmkit.rl.bench import format_lines, run_rl_bench
+
+    r = run_rl_bench(lm_config(tmp_path, "bench"), hardware.probe(), steps=1, warmup=0, log=lambda m: None,
+                     cache_dir=tmp_path / "cache")
+    assert r["rollout_tokens_per_s"] > 0 and r["update_tokens_per_s"] > 0 and r["cache_hit_rate"] is None
+    assert r["samples_per_round"] > 0 and not any("cache hit rate" in line for line in format_lines(r))

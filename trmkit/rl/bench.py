@@ -78,7 +78,7 @@ def run_rl_bench(cfg, hw, steps: int = 3, warmup: int = 1, init: str | None = No
     return {"rounds": steps, "samples_per_round": med("perf/samples"), "seconds_per_round": med("seconds"),
             "rollout_tokens_per_s": med("perf/rollout_tokens_per_s"),
             "update_tokens_per_s": med("perf/update_tokens_per_s"), **hooks.facts,
-            "cache_hit_rate": rows[-1]["cache/hit_rate"],
+            "cache_hit_rate": rows[-1].get("cache/hit_rate"),  # the TRM policy's executor cache (an LM's: none)
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
@@ -87,5 +87,6 @@ def format_lines(r: dict) -> list[str]:
             f"(median of {r['rounds']}), micro-batch {r['micro_batch']}, {r['threads']} threads",
             f"rollout: {r['rollout_tokens_per_s']:.0f} tokens/s (sampling every role, no gradients)",
             f"update:  {r['update_tokens_per_s']:.0f} tokens/s (TR-RPG forward + backward, chunked)",
-            f"executor cache hit rate {r['cache_hit_rate']:.2f}; peak RSS {r['peak_rss_gb']:.2f} GiB "
+            ("" if r["cache_hit_rate"] is None else f"executor cache hit rate {r['cache_hit_rate']:.2f}; ")
+            + f"peak RSS {r['peak_rss_gb']:.2f} GiB "
             f"(whole process, kernel's count)"]

@@ -308,6 +308,7 @@ class LMSelfPlayObjective(LMObjective):
         metrics.update({"time/scoring_s": peaks.get("time/round_s", 0.0) - peaks.get("time/rollout_s", 0.0),
                         "train/lr": float(opts.dense.param_groups[0]["lr"]),
                         "perf/samples": float(sum(len(s.texts) for s in scored))})
+        metrics.update(throughput(calls, updates, peaks))
         return metrics
 
     def role_rows(self, scored: list[Scored], calls: list) -> list[RoleRows]:
@@ -358,6 +359,16 @@ class GameSettings:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._rl, name)
+
+
+def throughput(calls: list, updates: list[dict], peaks: dict[str, float]) -> dict[str, float]:
+    """Rollout tokens per second (generated, every role) and update tokens per second (scored with gradients,
+    every epoch), the keys `trmkit bench --rl` reads for either policy."""
+    generated = sum(float(ro.response_mask.sum()) for _, _, ro in calls)
+    updated = sum(float(u.get("tokens_updated", 0.0)) for u in updates)
+    update_s = sum(float(u.get("seconds", 0.0)) for u in updates)
+    return {"perf/rollout_tokens_per_s": generated / max(peaks.get("time/rollout_s", 0.0), 1e-9),
+            "perf/update_tokens_per_s": updated / update_s if update_s > 0 else 0.0}
 
 
 def _with_lr(cfg: TrainConfig, lr: float) -> TrainConfig:
