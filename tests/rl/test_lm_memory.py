@@ -84,3 +84,17 @@ def test_the_memory_table_shows_each_switch_saving_and_the_measured_peaks_beside
     measured.write_text("[]")
     with pytest.raises(ValueError, match="round.json: not a JSON written by benchmarks/rl_lm_memory.py"):
         table("tiny", 2, 8, 8, measured=[measured])
+
+
+def test_one_layer_s_attention_scores_are_the_quadratic_term_of_long_rows():
+    from trmkit.rl.lm.memory import attention_bytes
+
+    small = SHAPES["small"]
+    short, long_ = (estimate(small, RoundShape(16, p, r), MemorySwitches(dtype="float32", lora_rank=None,
+                                                                           checkpointed_layers=0))
+                    for p, r in ((256, 128), (1664, 384)))
+    assert attention_bytes(small, 16, 2048) == 16 * small["num_attention_heads"] * 2048 * 2048 * 4  # 1.07 GiB
+    assert long_.terms["attention"] == 16 * short.terms["attention"] * 2048**2 // (16 * 384**2)
+    # 16 rows x 2,048 tokens of `small`, full fine-tune in float32, no checkpointing: measured 4.76 GiB peak RSS
+    # (2026-12-05, Xeon); without the scores the model said 3.21
+    assert 4.0 * GiB < long_.peak < 5.2 * GiB

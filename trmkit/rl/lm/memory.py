@@ -17,6 +17,10 @@ A round has two phases whose peaks do not overlap: the rollout (generation with 
 - logits: one float32 (rows x tokens x vocab) tensor when the whole batch's logits are built (the naive path
   computes them over all P + R positions); chunk x vocab x 4 bytes when the lm_head runs in chunks of response
   tokens. The peak holds LOGIT_COPIES such tensors (logits, the softmax's saved output, its gradient).
+- attention: one layer's float32 attention scores, rows x heads x T x T x 4 bytes: the fused attention with a
+  padding mask materialises them for the layer it runs (forward and backward), one layer at a time. Negligible at a
+  few hundred tokens, it is the quadratic term of long rows (measured: 16 rows of 2,048 tokens of the `small` shape
+  peaked 1.5 GiB above the other terms; one layer's scores are 1.07 GiB); the rollout's prefill holds the prompts'.
 - logits_native: the lm_head's output in the weights' dtype before its float32 cast (0 for float32 weights).
 - runtime: the interpreter, torch and transformers before any model (RUNTIME_BYTES).
 """
@@ -117,6 +121,11 @@ def activation_bytes(shape: dict, rows: int, tokens: int, dtype: str, checkpoint
     return (layers - n_ckpt) * full_layer + n_ckpt * layer_input + recompute
 
 
+def attention_bytes(shape: dict, rows: int, tokens: int) -> int:
+    """One layer's float32 attention scores: rows x heads x tokens x tokens."""
+    return rows * shape["num_attention_heads"] * tokens * tokens * 4
+
+
 def trainable_terms(shape: dict, switches: MemorySwitches) -> dict[str, int]:
     """trainable (LoRA's own parameters; 0 for a full fine-tune, whose are the weights), grads, adam."""
     if switches.lora_rank is None:
@@ -140,13 +149,14 @@ def estimate(shape: dict, round_: RoundShape, switches: MemorySwitches) -> Memor
         "kv_cache": kv_cache_bytes(shape, round_.rows, tokens, switches.dtype),
         "activations": activation_bytes(shape, round_.rows, tokens, switches.dtype, switches.checkpointed_layers),
         "logits": logits_bytes(round_.rows, scored, shape["vocab_size"], switches.chunk_tokens),
+        "attention": attention_bytes(shape, round_.rows, tokens),
     }
     # the lm_head's own output before the float32 cast, where the weights are not float32
     terms["logits_native"] = 0 if size == 4 else terms["logits"] // 4 * size
     resident = terms["weights"] + terms["reference_copy"] + terms["trainable"] + terms["adam"]
-    rollout = resident + terms["kv_cache"]
+    rollout = resident + terms["kv_cache"] + attention_bytes(shape, round_.rows, round_.prompt_len)  # the prefill
     update = (resident + terms["grads"] + terms["activations"] + LOGIT_COPIES * terms["logits"]
-              + terms["logits_native"])
+              + terms["logits_native"] + terms["attention"])
     return MemoryEstimate(terms=terms, rollout=rollout, update=update)
 
 

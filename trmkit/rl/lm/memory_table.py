@@ -20,8 +20,8 @@ from trmkit.rl.lm.shapes import shape_config
 GiB = 2**30
 NAIVE = MemorySwitches(dtype="float32", lora_rank=None, checkpointed_layers=0, chunk_tokens=None,
                        reference_copy=True)
-TERMS = ("weights", "reference_copy", "grads", "adam", "activations", "logits", "kv_cache")
-SHORT = {"reference_copy": "reference", "activations": "activ.", "kv_cache": "kv cache"}  # column headers
+TERMS = ("weights", "reference_copy", "grads", "adam", "activations", "logits", "attention", "kv_cache")
+SHORT = {"reference_copy": "reference", "activations": "activ.", "attention": "attn", "kv_cache": "kv cache"}
 
 
 def arms(rank: int, chunk: int, dtype: str) -> dict[str, MemorySwitches]:
