@@ -177,7 +177,6 @@ def run_training(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-
     run_dir = Path(args.run_dir)
     if not rundir.path(run_dir, rundir.CONFIG).is_file():
         raise ConfigError(f"{run_dir}: no {rundir.CONFIG} there; is it a run written by `trmkit rl seed|train`?")
@@ -185,14 +184,13 @@ def run_eval(args: argparse.Namespace) -> int:
     extra = [f"rl.seed_files={args.seed_files}"] if getattr(args, "seed_files", None) else []
     cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [f"run.dir={run_dir}", *extra], APPS)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print  # noqa: E731
+    if extra and rl_config(cfg).policy != "lm":  # before the objective starts its sandbox
+        raise ConfigError(f"--seed-files: {run_dir} is a TRM policy's run (rl.policy=trm), whose tasks are the list "
+                          "language; AZR seed programs are scored for an LM policy's run (rl.policy=lm)")
     objective, cfg = make_objective("eval", cfg, log)
     rl = objective.rl
     if rl.policy == "lm":
         return run_lm_eval(args, cfg, objective, log)
-    if extra:
-        objective.close()
-        raise ConfigError(f"--seed-files: {run_dir} is a TRM policy's run (rl.policy=trm), whose tasks are the list "
-                          "language; AZR seed programs are scored for an LM policy's run (rl.policy=lm)")
     objective.eval_per_type, objective.validation = rl.heldout_per_type, None  # the held-out set, not rl.pool_val's
     used = (f"the pool's last {rl.pool_val} tasks: rl.pool_val" if rl.pool_val else
             f"the first {rl.eval_per_type}: rl.eval_per_type")

@@ -33,7 +33,7 @@ from trmkit.rl.lm import policy as policy_mod
 from trmkit.rl.lm.generate import Rollout, encode_prompts, left_pad, rollout
 from trmkit.rl.lm.logprobs import response_logprobs
 from trmkit.rl.lm.lora import ALL_PROJECTIONS
-from trmkit.rl.lm.update import MicroBatch, RoleRows, UpdateSettings, is_oom, step_optimizer, update
+from trmkit.rl.lm.update import MicroBatch, RoleRows, UpdateSettings, step_optimizer, until_it_fits, update
 from trmkit.rl.sandbox import Limits, Sandbox
 from trmkit.train.optim import build_optimizer
 from trmkit.train.step import Optimizers, StepContext, set_learning_rates
@@ -160,16 +160,11 @@ class LMObjective:
     def sample(self, policy: policy_mod.LMPolicy, prompts: list[str], samples: int, greedy: bool) -> Rollout:
         """rollout() in the current micro-batch, halved and redone on an allocation failure."""
         rl = self.rl
-        while True:
-            try:
-                return rollout(policy.lm, policy.tokenizer, prompts, samples=samples,
-                               max_new_tokens=rl.max_response_tokens, max_prompt_tokens=rl.max_prompt_tokens,
-                               temperature=rl.temperature, micro_batch=self.micro.size, generator=self.generator,
-                               greedy=greedy, chunk_tokens=rl.chunk_tokens)
-            except RuntimeError as error:
-                if not is_oom(error):
-                    raise
-                self.micro.halve(f"rollout: {str(error).splitlines()[0][:160]}")
+        ro, _ = until_it_fits(lambda size: rollout(
+            policy.lm, policy.tokenizer, prompts, samples=samples, max_new_tokens=rl.max_response_tokens,
+            max_prompt_tokens=rl.max_prompt_tokens, temperature=rl.temperature, micro_batch=size,
+            generator=self.generator, greedy=greedy, chunk_tokens=rl.chunk_tokens), self.micro, "rollout: ")
+        return ro
 
     def start_micro(self, ctx: StepContext) -> None:
         if self.micro is None:
@@ -223,17 +218,9 @@ class LMSeedObjective(LMObjective):
         order = sorted(range(len(pairs)), key=lambda i: len(prompts[i]) + len(targets[i]))
         tokens = sum(len(t) for t in targets)
         policy.train()
-        while True:
-            optimizer.zero_grad(set_to_none=True)
-            try:
-                loss = sum(self.sft_micro(policy, [prompts[i] for i in part], [targets[i] for i in part], tokens)
-                           for part in _chunks(order, self.micro.size))
-                break
-            except RuntimeError as error:
-                if not is_oom(error):
-                    raise
-                optimizer.zero_grad(set_to_none=True)
-                self.micro.halve(f"seeding: {str(error).splitlines()[0][:160]}")
+        loss, _ = until_it_fits(lambda size: sum(
+            self.sft_micro(policy, [prompts[i] for i in part], [targets[i] for i in part], tokens)
+            for part in _chunks(order, size)), self.micro, "seeding: ", lambda: optimizer.zero_grad(set_to_none=True))
         norm = step_optimizer(optimizer, self.rl.max_grad_norm)
         self.micro.clean_step()
         return {"loss": float(loss), "grad_norm": norm, "tokens": float(tokens), "truncated": float(cut)}

@@ -53,14 +53,15 @@ class Rollout:
 def encode_prompts(tokenizer: LMTokenizer, prompts: Sequence[str], max_prompt_tokens: int) -> list[list[int]]:
     """Token ids of each prompt; a prompt longer than `max_prompt_tokens` keeps its bos (if any) and its last
     tokens (the end of a prompt holds the question and the answer format)."""
-    rows = []
-    for text in prompts:
-        ids = tokenizer.encode(text)
-        if len(ids) > max_prompt_tokens:
-            head = ids[:1] if tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id else []
-            ids = head + ids[len(ids) - (max_prompt_tokens - len(head)):]
-        rows.append(ids)
-    return rows
+    return [keep_end(tokenizer, tokenizer.encode(text), max_prompt_tokens) for text in prompts]
+
+
+def keep_end(tokenizer: LMTokenizer, ids: list[int], max_prompt_tokens: int) -> list[int]:
+    """A prompt's ids cut to `max_prompt_tokens`: its bos (if any) and its last tokens."""
+    if len(ids) <= max_prompt_tokens:
+        return ids
+    head = ids[:1] if tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id else []
+    return head + ids[len(ids) - (max_prompt_tokens - len(head)):]
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,8 +150,9 @@ def rollout(model: Any, tokenizer: LMTokenizer, prompts: Sequence[str], *, sampl
 
     Reproducible given `generator` (the same generator state gives the same tokens); `greedy` takes the argmax."""
     check_rollout_args(prompts, samples, max_new_tokens, max_prompt_tokens, temperature, micro_batch)
-    unique = encode_prompts(tokenizer, prompts, max_prompt_tokens)
-    truncated = sum(len(tokenizer.encode(text)) > max_prompt_tokens for text in prompts)
+    whole = [tokenizer.encode(text) for text in prompts]  # once: the cut rows and the count of those cut
+    truncated = sum(len(ids) > max_prompt_tokens for ids in whole)
+    unique = [keep_end(tokenizer, ids, max_prompt_tokens) for ids in whole]
     encoded = [row for row in unique for _ in range(samples)]
     device = next(model.parameters()).device  # the Rollout itself stays on the CPU
     was_training = model.training

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -35,6 +35,8 @@ from trmkit.rl.loss import trrpg_loss
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory")
 PAD = 0  # the id that pads micro-batches (see pack_rows)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -179,6 +181,27 @@ def check_roles(model: Any, roles: list[RoleRows], settings: UpdateSettings) -> 
                              f"{role.rollout.rows} rows; give one per row")
 
 
+def until_it_fits(attempt: Callable[[int], T], micro: MicroBatch, label: str = "",
+                  reset: Callable[[], None] | None = None) -> tuple[T, int]:
+    """`attempt(micro.size)` until it runs without an allocation failure (or the guard's prediction of one):
+    each failure halves `micro` and tries again, `reset` (e.g. zeroing the gradients) before every try and after
+    a failure; other errors propagate. Its result and the number of retries."""
+    retries = 0
+    while True:
+        if reset is not None:
+            reset()
+        try:
+            return attempt(micro.size), retries
+        except (RuntimeError, PredictedOOM) as error:
+            if not is_oom(error):
+                raise
+            reason = label + str(error).splitlines()[0][:200]
+        if reset is not None:
+            reset()
+        micro.halve(reason)
+        retries += 1
+
+
 def update(model: Any, optimizer: torch.optim.Optimizer, roles: list[RoleRows], settings: UpdateSettings,
            micro: MicroBatch, guard: Callable[[int], bool] | None = None, log: Callable = print
            ) -> dict[str, float]:
@@ -187,20 +210,10 @@ def update(model: Any, optimizer: torch.optim.Optimizer, roles: list[RoleRows], 
     retries, grad_norm, seconds, peak_rss_gb (the process's high-water mark after the step)."""
     check_roles(model, roles, settings)
     micro.grow_after = settings.grow_after  # the settings rule the micro-batch's growth
-    t0, retries = time.perf_counter(), 0
+    t0 = time.perf_counter()
     model.train()
-    while True:
-        optimizer.zero_grad(set_to_none=True)
-        try:
-            total = _accumulate(model, roles, settings, micro.size, guard)
-            break
-        except (RuntimeError, PredictedOOM) as error:
-            if not is_oom(error):
-                raise
-            reason = str(error).splitlines()[0][:200]
-        optimizer.zero_grad(set_to_none=True)
-        micro.halve(reason)
-        retries += 1
+    total, retries = until_it_fits(lambda size: _accumulate(model, roles, settings, size, guard), micro,
+                                   reset=lambda: optimizer.zero_grad(set_to_none=True))
     if retries:
         log(f"update: the step was redone {retries} time(s); micro-batch now {micro.size}")
     if not math.isfinite(total["loss"]):
