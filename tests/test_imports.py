@@ -21,6 +21,7 @@ LAYER = {
     "trmkit.train": 3,
     "trmkit.tasks": 3.5,
     "trmkit.bench": 4, "trmkit.learn": 4, "trmkit.report": 4, "trmkit.email": 4, "trmkit.rl": 4,
+    "trmkit.adapt": 4,
     "trmkit.predict": 4,
     "trmkit.rl.lm": 3.9, "trmkit.rl.loss": 3.8,  # the LM policy's parts, below the rest of rl; the loss they use
     "trmkit.registry": 4.5, "trmkit.api": 4.7, "trmkit.errors": 4.8,

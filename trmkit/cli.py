@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from trmkit import config as config_mod
+from trmkit.adapt.arguments import add_arguments as _add_adapt  # argparse only: no torch before a command runs
 from trmkit.config import ConfigError
 from trmkit.errors import one_line
 
@@ -235,6 +236,12 @@ def _run_rl(args: argparse.Namespace) -> int:
     return commands.run(args)
 
 
+def _run_adapt(args: argparse.Namespace) -> int:
+    from trmkit import api, registry
+    from trmkit.adapt import command
+    return command.run(args, _cache_dir(), command.Plugins(registry.get, registry.SECTIONS, api.task_hooks))
+
+
 def _add_predict(p: argparse.ArgumentParser) -> None:
     from trmkit.predict.arguments import add_arguments  # imports no torch (trmkit/predict/__init__.py neither)
 
@@ -435,6 +442,7 @@ COMMANDS = {
     "email": ("e-mail: predict, sort, export, serve, baseline, weak-label, label", _add_email, _run_email),
     "predict": ("answer new inputs with a Sudoku, maze or pairs run, in the inputs' form", _add_predict,
                 _run_predict),
+    "adapt": ("learn a new source from a checker: unlabelled problems in, one-shot skill out", _add_adapt, _run_adapt),
     "rl": ("self-play RL on code tasks: seed, train (TR-RPG), eval", _add_rl, _run_rl),
     "report": ("write plots and a Markdown summary of a run", _add_report, _run_report),
     "runs": ("list the runs in a directory with their settings and results", _add_runs, _run_runs),

@@ -19,6 +19,7 @@ import sys
 from importlib import metadata
 from typing import Callable, Iterable
 
+from trmkit.adapt.config import AdaptConfig
 from trmkit.email.config import EmailModelConfig
 from trmkit.email.pretrain import TASK as EMAIL_MLM
 from trmkit.email.task import TASK as EMAIL
@@ -33,7 +34,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (sudoku.TASK, maze.TASK, a
 # The applications' and tasks' own config sections: name -> dataclass; trmkit.config builds and checks them
 # when it is given this dict (`config.load(path, overrides, apps=SECTIONS)`), and writes them beside the
 # generic ones.
-SECTIONS: dict[str, type] = {"rl": RLConfig, "maze": MazeConfig, "email": EmailModelConfig}
+SECTIONS: dict[str, type] = {"rl": RLConfig, "maze": MazeConfig, "email": EmailModelConfig, "adapt": AdaptConfig}
 
 
 def register(task: Task) -> Task:

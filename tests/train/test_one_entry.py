@@ -94,7 +94,7 @@ def test_every_way_in_plans_from_the_measurement_cache():
     each with the planner's measurement cache (none measures afresh what the others have measured)."""
     found = callers("trmkit.train.run", "run")
     assert {f for f, _ in found} == {"api.py", "rl/commands.py", "rl/bench.py", "email/pretrain_command.py",
-                                     "learn.py"}
+                                     "learn.py", "adapt/command.py"}
     for path in {f for f, _ in found}:
         tree = ast.parse((PACKAGE / path).read_text(encoding="utf-8"))
         direct, _ = _names_for(tree, "trmkit.train.run", "run")

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol
 
 import numpy as np
 
-from trmkit.config import Config
+from trmkit.config import Config, ConfigError
 from trmkit.data.generated import Sampler
 from trmkit.data.store import Split, StoreMeta
-from trmkit.data.variants import Variants
+from trmkit.data.variants import Check, Prefer, Variants
 from trmkit.tasks.options import BuildOptions, OptionsT
 from trmkit.train.scorer import Scorer
 
@@ -38,6 +38,28 @@ Log = Callable[[str], None]
 ScorerFactory = Callable[[Split], Scorer]  # the test split -> the task's metrics beyond the generic ones
 Plots = Callable[[Path, Path], tuple[list[Path], str]]  # (run_dir, out_dir) -> (figures written, Markdown)
 VariantsFactory = Callable[[StoreMeta, int], Variants]  # (store meta, count) -> symmetries `eval --vote` uses
+
+
+@dataclass(frozen=True)
+class Checking:
+    """What accepts an answer to a problem without its label (issue 73): the adapt rounds keep only what it
+    accepts. Answers are token rows as the store's labels would hold them (a trace run's answers after its
+    trace tokens were folded back into the answer tokens); inputs are the store's input rows."""
+
+    check: Check  # (inputs (b, L) int, answers (b, L) int) -> (b,) bool; never reads a label
+    prefer: Prefer | None = None  # among accepted answers to one problem, the higher is kept (maze: -path length)
+    describe: str = ""  # one line for the log: what is checked (e.g. "Sudoku rules, givens kept")
+    to_label: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    # (inputs, accepted answers) -> the training labels (b, L) in the store's token space (ignore_label_id where
+    # no loss); None: the answers themselves
+
+
+# (the new source's store meta, the user's --checker spec "file.py:function" or None) -> Checking; a task with a
+# built-in checker refuses a spec, by name; pairs requires one (ConfigError, naming the file, line and fix)
+CheckerFactory = Callable[[StoreMeta, str | None], Checking]
+NO_CHECKER = ("task {name} has no checker: adapt needs one to accept answers without labels; add `checker=` to "
+              "its Task (docs/tasks.md, Checkers) or, for your own puzzles, build them with `trmkit data pairs` "
+              "and pass --checker file.py:function")
 
 
 class SamplerFactory(Protocol):
@@ -99,6 +121,7 @@ class Task(Generic[OptionsT]):
     before_training: BeforeTraining | None = None  # e.g. fit frozen weights from the training split
     model_parts: PartsFactory | None = None  # its pieces of the model (model/parts.py), e.g. a maze trace's fold
     sections: tuple[str, ...] = ()  # the config sections it reads (trmkit/registry.py SECTIONS), e.g. ("maze",)
+    checker: CheckerFactory | None = None  # accepts answers without labels (`trmkit adapt`; docs/tasks.md, Checkers)
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -106,6 +129,21 @@ class Task(Generic[OptionsT]):
         if not (isinstance(self.options, type) and issubclass(self.options, BuildOptions)):
             raise ValueError(f"task {self.name}: options must be a BuildOptions dataclass (tasks/options.py), "
                              f"not {self.options!r}")
+
+
+def checker_for(task: Task, meta: StoreMeta, spec: str | None) -> Checking:
+    """The task's checker for a new source's store (`trmkit adapt`); a task without one is refused, saying
+    how to add one."""
+    if task.checker is None:
+        raise ConfigError(NO_CHECKER.format(name=task.name))
+    return task.checker(meta, spec)
+
+
+def refuse_spec(task: str, spec: str | None, rules: str) -> None:
+    """A built-in checker takes no user function: refuse --checker by name (used by sudoku and maze)."""
+    if spec is not None:
+        raise ConfigError(f"--checker {spec}: task {task} checks answers with its own rules ({rules}); "
+                          "--checker file.py:function is for stores built by `trmkit data pairs`: drop it")
 
 
 def dihedral(grid: np.ndarray, k: int) -> np.ndarray:

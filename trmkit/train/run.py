@@ -38,7 +38,8 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
         cache_dir: Path | None = None, objective: Objective | None = None, world: World = SINGLE,
         resume: bool = False, force: bool = False, is_tty: bool = False,
         scorer: Callable[[Split], Scorer] | None = None, sampler: Callable[..., Sampler] | None = None,
-        before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None) -> dict:
+        before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None,
+        wrap_stream: Callable[..., object] | None = None) -> dict:
     """Train cfg on this machine: the run's result (its summary, or {"stopped", "steps", "exit_code"}
     after a stop signal, saved).
 
@@ -48,10 +49,12 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
     cache_dir: the planner's measurement cache (the CLI's, so every command plans from the same measurements).
     objective: a workload that makes its own batches, in place of a store (train/objective.py).
     world: this process's place among several (train/distributed.py).
-    scorer, sampler, before_training, parts: what the store's task plugs in (session.prepare)."""
+    scorer, sampler, before_training, parts: what the store's task plugs in (session.prepare).
+    wrap_stream: a source of training samples around the store's stream (session.prepare; trmkit adapt)."""
     replace = claim_run_dir(cfg.run.dir, resume, force, log)  # decides; deletes nothing yet
     s = prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective, world=world, scorer=scorer,
-                sampler=sampler, before_training=before_training, parts=parts, fresh=replace)
+                sampler=sampler, before_training=before_training, parts=parts, fresh=replace,
+                wrap_stream=wrap_stream)
     if replace:  # the new run is checked (config, store, plan): only now is the old one deleted
         if world.main:
             clear_run(Path(cfg.run.dir), log)

@@ -440,7 +440,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             meter: PeakMeter | None = None, scorer: Callable[[Split], Scorer] | None = None,
             evaluate_only: bool = False, objective: Objective | None = None, world: World = SINGLE,
             sampler: Callable[..., Sampler] | None = None, before_training: Callable[..., None] | None = None,
-            parts: PartsFactory | None = None, fresh: bool = False) -> Session:
+            parts: PartsFactory | None = None, fresh: bool = False,
+            wrap_stream: Callable[[SampleStream | GeneratedStream], object] | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
@@ -454,7 +455,8 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's email.input_linear); a resumed run reloads
     its checkpoint after it. parts: the task's pieces of the model (model/parts.py).
-    fresh: a new run in a run.dir whose old run is deleted after this (--force): its checkpoints are not read."""
+    fresh: a new run in a run.dir whose old run is deleted after this (--force): its checkpoints are not read.
+    wrap_stream: a source of samples around the store's stream, set before a resume loads it (trmkit/adapt/)."""
     started, meter = time.perf_counter(), meter or PeakMeter().start()
     if world.active and (objective is not None or evaluate_only):
         raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
@@ -475,6 +477,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     ctx = step_context(cfg, data, objective, plan, micro, net, world, log)
     if objective is None and not evaluate_only:
         data.stream = training_stream(cfg, data, world, sampler, log)
+        data.stream = wrap_stream(data.stream) if wrap_stream is not None else data.stream
         data.val = open_val_split(cfg.data.path)
         if cfg.train.init_from and not saved:  # a resumed run reads its checkpoint instead
             init_from(model, opts.ema, cfg.train.init_from, list((data.train or data.test).meta.vocab), log)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trmkit.tasks.base import Log, Task
 from trmkit.tasks.maze.build import build
+from trmkit.tasks.maze.checker import maze_checker
 from trmkit.tasks.maze.generate import default_min_path
 from trmkit.tasks.maze.sampler import maze_sampler
 from trmkit.tasks.maze.score import MazeScorer
@@ -105,5 +106,5 @@ TASK = Task(
     options=MazeOptions, build=run_build, scorer=MazeScorer, sampler=maze_sampler,
     variants=maze_variants, model_parts=model_parts, sections=("maze",),
     presets={"paper": "configs/maze-paper.yaml", "laptop": "configs/maze-laptop.yaml"},
-    learn_set=MazeLearnSet(),
+    learn_set=MazeLearnSet(), checker=maze_checker,
 )

@@ -4,10 +4,14 @@ Every line is checked (codec.py); a bad one is reported as file:line with its re
 and skipped, and the summary says how many. The test split is a random `test_fraction` of the
 kept pairs. Nothing is augmented unless the user names the symmetries that keep the answers
 right (augment.py): a user's puzzle may have none, and a wrong one would teach wrong answers.
+meta.json's build section records the line each puzzle came from ("source_lines": a key of its
+input tokens -> its line number), so a user's checker (checker.py) names the line of a puzzle it
+fails on; a store built before it has none, and the checker then shows the puzzle itself.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,13 +26,17 @@ from trmkit.tasks.pairs.codec import (MAX_CELLS, Layout, PairError, Value, check
 
 NAME = "pairs"
 Log = Callable[[str], None]
+MAX_LINES_RECORDED = 100_000  # source lines kept in meta.json (about 30 bytes each, read with every split)
 
 
-def read_pairs(path: str | Path, report: ImportReport, max_cells: int = MAX_CELLS) -> list[tuple[Value, Value]]:
-    """The usable (input, output) pairs of a JSONL file; the others are counted in `report`."""
+def read_pairs(path: str | Path, report: ImportReport,
+               max_cells: int = MAX_CELLS) -> tuple[list[tuple[Value, Value]], list[int]]:
+    """The usable (input, output) pairs of a JSONL file and the line each came from; the others are counted in
+    `report`."""
     pairs: list[tuple[Value, Value]] = []
+    lines: list[int] = []
     kind = None
-    for _, where, line in read_lines(path, report):
+    for lineno, where, line in read_lines(path, report):
         try:
             record = parse_record(line)
             x, y = field(record, "input", max_cells), field(record, "output", max_cells)
@@ -42,7 +50,27 @@ def read_pairs(path: str | Path, report: ImportReport, max_cells: int = MAX_CELL
         kind = x.kind
         report.accepted += 1
         pairs.append((x, y))
-    return pairs
+        lines.append(lineno)
+    return pairs, lines
+
+
+def input_key(tokens: np.ndarray) -> str:
+    """A puzzle's key in "source_lines": a hash of its input's token row (any integer dtype)."""
+    return hashlib.blake2b(np.asarray(tokens, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
+
+
+def source_lines(pairs: list[tuple[Value, Value]], lines: list[int], layout: Layout,
+                 report: ImportReport) -> dict[str, int]:
+    """Input key -> the first line holding that input (a checker's errors name it), for up to
+    MAX_LINES_RECORDED pairs; a larger file records none, and the report says so."""
+    if len(pairs) > MAX_LINES_RECORDED:
+        report.notes.append(f"source lines not recorded ({len(pairs)} pairs, more than {MAX_LINES_RECORDED}): a "
+                            "checker's errors show the puzzle instead of its line")
+        return {}
+    keys: dict[str, int] = {}
+    for (x, _), line in zip(pairs, lines):
+        keys.setdefault(input_key(layout.encode(x)), line)
+    return keys
 
 
 def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float = 0.1, seed: int = 0,
@@ -55,7 +83,7 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
     start = time.perf_counter()
     check_new_store(out_dir, force)
     report = ImportReport(source=str(source), unit="pairs")
-    pairs = read_pairs(source, report, max_cells)
+    pairs, lines = read_pairs(source, report, max_cells)
     if not pairs:
         for line in report.summary_lines():
             log(line)
@@ -63,6 +91,7 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
     layout = make_layout(pairs[0][0].kind, [v for pair in pairs for v in pair])
     report.notes.append(_layout_note(layout, pairs))
     blank_id = blank_token(layout, blank)
+    recorded = source_lines(pairs, lines, layout, report)
     augment = parse_augment(aug, transforms, permute, layout)
     if augment is not None:
         report.notes.append(augment.describe())
@@ -71,7 +100,7 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
     splits = _splits(pairs, layout, test_fraction, seed, augment)
     settings = {"test_fraction": test_fraction, "seed": seed, "blank": blank, "aug": aug,
                 "transforms": list(augment.transforms) if augment else [],
-                "permute": list(augment.permute) if augment else []}
+                "permute": list(augment.permute) if augment else [], "source_lines": recorded}
     write_store(out_dir, splits, _meta(layout, blank_id, report, settings), force=force)
     counts = {name: len(arrays.inputs) for name, arrays in splits.items()}
     log(f"wrote {out_dir}: " + ", ".join(f"{name} {n} examples" for name, n in counts.items())

@@ -14,6 +14,7 @@ from trmkit.tasks.base import Log, Task
 from trmkit.tasks.options import BuildOptions, option
 from trmkit.tasks.pairs.augment import GRID_TRANSFORMS, STRING_TRANSFORMS
 from trmkit.tasks.pairs.build import NAME, blank_token, build_pairs
+from trmkit.tasks.pairs.checker import pairs_checker
 from trmkit.tasks.pairs.codec import MAX_CELLS
 from trmkit.tasks.pairs.reference import is_reference_dir, write_reference
 
@@ -72,5 +73,5 @@ TASK = Task(
     name=NAME, shape="grid",
     summary='your own puzzle: a JSONL file of {"input": ..., "output": ...} grids or strings',
     options=PairsOptions, build=run_build,
-    presets={"laptop": "configs/pairs-laptop.yaml"},
+    presets={"laptop": "configs/pairs-laptop.yaml"}, checker=pairs_checker,
 )

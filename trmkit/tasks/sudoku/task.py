@@ -13,6 +13,7 @@ from typing import Any
 
 from trmkit.config import ConfigError
 from trmkit.tasks.sudoku.build import BuildReport, build_sudoku
+from trmkit.tasks.sudoku.checker import sudoku_checker
 from trmkit.tasks.sudoku.generate import parse_givens
 from trmkit.tasks.sudoku.score import sudoku_scorer
 from trmkit.tasks.sudoku.variants import sudoku_variants
@@ -96,5 +97,5 @@ TASK = Task(
     name="sudoku", shape="grid", summary="9 x 9 Sudoku (generated, plain-text collections, Sudoku-Extreme CSV)",
     options=SudokuOptions, build=run_build, scorer=sudoku_scorer, variants=sudoku_variants,
     presets={"paper": "configs/sudoku-paper.yaml", "laptop": "configs/sudoku-laptop.yaml"},
-    learn_set=SudokuLearnSet(),
+    learn_set=SudokuLearnSet(), checker=sudoku_checker,
 )

@@ -1,0 +1,199 @@
+"""`trmkit adapt` (issue 73): labels of the new source are never read, a checker that rejects everything trains
+nothing, an adaptation resumes exactly, a task without a checker is refused, the rounds are logged.
+
+Tiny sizes, bounded by steps: a 76k-parameter model trained 4 steps on 16 generated Sudoku, adapted on 12 others.
+The stand-in checkers below stand for a task's own (tasks/base.py `Checking`): they read only inputs and answers.
+"""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trmkit import config as config_mod
+from trmkit import hardware, registry, rundir
+from trmkit.adapt.command import Plugins, adapt, new_config
+from trmkit.adapt.problems import read_problems, split_problems
+from trmkit.api import task_hooks
+from trmkit.cli import main
+from trmkit.config import ConfigError
+from trmkit.monitor.loggers import read_metrics
+from trmkit.tasks.base import Checking
+from trmkit.tasks.sudoku.build import build_sudoku
+from trmkit.train.checkpoint.store import list_checkpoints
+from trmkit.train.run import run
+
+CONFIG = """
+run: {seed: 3, threads: 1, dtype: float32, compile: "off", grad_checkpointing: "off"}
+model: {hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
+train: {batch_size: 8, max_steps: 4, lr: 3e-3, warmup_steps: 1, ema_decay: 0.9, checkpoint_every: 0,
+        checkpoint_minutes: 0, log_every: 1, micro_batch: 8, eval_every: 0}
+"""
+SMALL = ["adapt.round_steps=2", "adapt.rounds=2", "adapt.trajectories=2", "adapt.steps=2", "adapt.heldout=0.25"]
+
+
+def accept_all(meta, spec):
+    return Checking(check=lambda x, a: np.ones(len(x), bool), describe="stand-in: accepts every answer")
+
+
+def reject_all(meta, spec):
+    return Checking(check=lambda x, a: np.zeros(len(x), bool), describe="stand-in: rejects every answer")
+
+
+def accept_some(meta, spec):
+    """Accepts about a third of the answers, by a rule on inputs and answers only."""
+    return Checking(check=lambda x, a: (np.asarray(a).sum(1) + np.asarray(x).sum(1)) % 3 == 0,
+                    describe="stand-in: accepts a third")
+
+
+def plugins(checker):
+    return Plugins(lambda name: dataclasses.replace(registry.get(name), checker=checker), registry.SECTIONS,
+                   task_hooks)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A finished tiny Sudoku run and a new source (other puzzles, more givens)."""
+    root = tmp_path_factory.mktemp("adapt")
+    build_sudoku("generate", root / "orig", num_generate=16, givens="40-45", test_fraction=0.25, aug=1, seed=5,
+                 log=lambda m: None)
+    build_sudoku("generate", root / "new", num_generate=12, givens="50-55", test_fraction=0.25, aug=1, seed=9,
+                 log=lambda m: None)
+    (root / "cfg.yaml").write_text(CONFIG)
+    cfg = config_mod.load(root / "cfg.yaml", [f"data.path={root / 'orig'}", f"run.dir={root / 'run'}"],
+                          registry.SECTIONS)
+    run(cfg, hardware.probe(), log=lambda m: None, **task_hooks(cfg))
+    return root
+
+
+def adapted(base: Path, source: Path, out: Path, checker, *extra: str, said: list | None = None) -> dict:
+    p = plugins(checker)
+    log = said.append if said is not None else (lambda m: None)
+    cfg = new_config(base / "run", source, p, overrides=[*SMALL, *extra], out=str(out), log=log)
+    return adapt(cfg, p, log=log)
+
+
+def weights(run_dir: Path) -> dict:
+    return {k: v.clone() for k, v in rundir.read_weights(rundir.weights_file(run_dir)).items()}
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def kept(run_dir: Path) -> dict:
+    """The kept answers in the run's newest checkpoint (the stream's state)."""
+    meta = json.loads((list_checkpoints(run_dir)[-1] / rundir.CHECKPOINT_META).read_text())
+    return meta["stream"]["kept"]
+
+
+def rounds(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(rundir.path(run_dir, rundir.METRICS)) if "adapt/round" in r]
+
+
+def test_labels_of_the_new_source_are_never_read(base, tmp_path):
+    scrambled = tmp_path / "scrambled"
+    shutil.copytree(base / "new", scrambled)
+    for split in ("train", "test"):
+        path = scrambled / split / "labels.npy"
+        labels = np.load(path)
+        np.save(path, np.random.default_rng(1).integers(0, 11, labels.shape).astype(labels.dtype))
+    adapted(base, base / "new", tmp_path / "a", accept_some)
+    adapted(base, scrambled, tmp_path / "b", accept_some)
+    assert kept(tmp_path / "a") and kept(tmp_path / "a") == kept(tmp_path / "b")
+    assert same_weights(weights(tmp_path / "a"), weights(tmp_path / "b"))
+    assert not same_weights(weights(tmp_path / "a"), weights(base / "run"))  # the kept answers were trained on
+    (scrambled / "train" / "labels.npy").unlink()  # never opened: reading the problems needs no labels file
+    assert np.array_equal(read_problems(scrambled).inputs, read_problems(base / "new").inputs)
+
+
+def test_a_checker_that_rejects_everything_leaves_the_weights_unchanged(base, tmp_path):
+    before = weights(base / "run")
+    said = []
+    result = adapted(base, base / "new", tmp_path / "a", reject_all, said=said)
+    assert result["steps"] == 0 and any("nothing to train on" in line for line in said)
+    assert same_weights(weights(tmp_path / "a"), before) and same_weights(weights(base / "run"), before)
+    assert [r["adapt/kept"] for r in rounds(tmp_path / "a")] == [0]  # round 0 only: no step follows
+
+
+def test_an_adaptation_resumes_exactly_after_a_kill(base, tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    adapted(base, base / "new", whole, accept_some, "train.checkpoint_every=1", "train.keep_checkpoints=10",
+            "adapt.rounds=3")
+    shutil.copytree(whole, cut)  # as if killed -9 right after the checkpoint of step 3
+    for ckpt in list_checkpoints(cut):
+        if int(ckpt.name.rsplit("-", 1)[-1]) > 3:
+            shutil.rmtree(ckpt)
+    for name in (rundir.SUMMARY, rundir.WEIGHTS):
+        rundir.path(cut, name).unlink()
+    p = plugins(accept_some)
+    cfg = config_mod.load(rundir.path(cut, rundir.CONFIG), [f"run.dir={cut}"], registry.SECTIONS)
+    assert adapt(cfg, p, resume=True, log=lambda m: None)["steps"] == 6
+    assert same_weights(weights(cut), weights(whole)) and kept(cut) == kept(whole)
+    solved = [r["adapt/solved"] for r in rounds(whole)]
+    assert sum(solved[1:]) > 0  # a later round kept answers the first had not: the resume crossed live rounds
+
+
+def test_a_task_without_a_checker_is_refused(base, tmp_path):
+    with pytest.raises(ConfigError, match="task sudoku has no checker: adapt needs one to accept answers without"):
+        adapted(base, base / "new", tmp_path / "a", None)
+
+
+def test_rounds_are_logged_with_progress_and_the_new_run_keeps_the_original_store(base, tmp_path):
+    said = []
+    adapted(base, base / "new", tmp_path / "a", accept_some, said=said)
+    records = rounds(tmp_path / "a")
+    keys = {"adapt/round", "adapt/tried", "adapt/solved", "adapt/kept", "adapt/heldout_one_shot",
+            "adapt/replay_share", "adapt/solve_seconds"}
+    assert len(records) == 3 and all(keys <= set(r) for r in records)
+    assert [r["step"] for r in records] == [0, 2, 4] and records[-1]["adapt/kept"] >= records[0]["adapt/kept"]
+    lines = [line for line in said if line.startswith("adapt: round")]
+    assert lines and all("ETA" in line and "held-out one-shot" in line for line in lines)
+    assert any("9 to adapt on, 3 held out" in line for line in said)
+    cfg = config_mod.load(rundir.path(tmp_path / "a", rundir.CONFIG), [], registry.SECTIONS)
+    assert cfg.data.path == str(base / "orig") and cfg.sections["adapt"].source == str((base / "new").resolve())
+    with pytest.raises(ConfigError, match="already holds a run"):
+        adapted(base, base / "new", tmp_path / "a", accept_some)
+
+
+def test_the_split_is_fixed_and_the_command_runs_with_the_task_s_own_checker(base, tmp_path, capsys):
+    a, h = split_problems(12, 0.25, 0)
+    assert len(h) == 3 and not set(a) & set(h) and np.array_equal(split_problems(12, 0.25, 0)[1], h)
+    code = main(["adapt", str(base / "run"), "--data", str(base / "new"), "--out", str(tmp_path / "c"), *SMALL])
+    assert code == 0 and rundir.path(tmp_path / "c", rundir.SUMMARY).is_file()
+    out = capsys.readouterr().out
+    assert "adapt: the checker: Sudoku rules" in out and "adapt: round 0:" in out
+
+
+def test_a_pairs_source_is_learned_from_the_user_s_checker_not_from_its_outputs(tmp_path):
+    """The new source's outputs are random (wrong): only answers the user's function accepts are trained on."""
+    from tests.tiny import PAIRS_TINY, pairs_jsonl
+    from trmkit.tasks.pairs.build import build_pairs
+
+    pairs_jsonl(tmp_path / "orig.jsonl")
+    rng = np.random.default_rng(7)
+    new = [{"input": g.tolist(), "output": rng.integers(0, 4, (2, 3)).tolist()} for g in rng.integers(0, 4, (12, 2, 3))]
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps(p) + "\n" for p in new))
+    (tmp_path / "check.py").write_text("def check(i, o):\n    return all(3 - a == b for r, s in zip(i, o) "
+                                       "for a, b in zip(r, s))\n")
+    for name in ("orig", "new"):
+        build_pairs(tmp_path / f"{name}.jsonl", tmp_path / name, test_fraction=0.25, seed=0, log=lambda m: None)
+    (tmp_path / "cfg.yaml").write_text(PAIRS_TINY)
+    cfg = config_mod.load(tmp_path / "cfg.yaml", [f"data.path={tmp_path / 'orig'}", f"run.dir={tmp_path / 'run'}",
+                                                  "train.max_steps=60", "train.lr=3e-3"], registry.SECTIONS)
+    run(cfg, hardware.probe(), log=lambda m: None, **task_hooks(cfg))
+    p = Plugins(registry.get, registry.SECTIONS, task_hooks)
+    c2 = new_config(tmp_path / "run", tmp_path / "new", p, overrides=["adapt.round_steps=4", "adapt.rounds=2"],
+                    out=str(tmp_path / "run2"), checker=f"{tmp_path / 'check.py'}:check", log=lambda m: None)
+    assert adapt(c2, p, log=lambda m: None)["steps"] == 8
+    first = rounds(tmp_path / "run2")[0]
+    answers = {int(k): v for k, v in kept(tmp_path / "run2").items()}
+    problems = read_problems(tmp_path / "new")
+    assert first["adapt/kept"] == len(answers) > 0
+    vocab = problems.meta.vocab
+    for problem, label in answers.items():  # every kept label is the right answer, 3 - x, never the JSONL's output
+        cells = [(vocab[a], vocab[b]) for a, b in zip(problems.inputs[problem], label) if a != 0]
+        assert len(cells) == 6 and all(int(b) == 3 - int(a) for a, b in cells)

@@ -1,0 +1,175 @@
+"""`trmkit adapt RUN --data NEW`: learn a new source from a checker (docs/adapt.md).
+
+The command reads the original run's config, records the new source in an `adapt:` section, starts a new
+run from RUN's weights (train.init_from; RUN is never changed) and hands the trainer (train/run.py `run`,
+the one way in) two things: the rounds as hooks (adapt/rounds.py) and a stream that mixes the kept answers
+with the original training set (adapt/stream.py). `trmkit adapt --resume RUN2` continues an adaptation
+from its newest checkpoint exactly. The registry and the API sit above this package; the CLI hands in what
+it needs of them (`Plugins`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from trmkit import config as config_mod
+from trmkit import rundir
+from trmkit.adapt.config import SECTION, AdaptConfig, adapt_config, without_adapt
+from trmkit.adapt.problems import Problems, check_fits, read_problems, split_problems
+from trmkit.adapt.rounds import Rounds, Source
+from trmkit.adapt.stream import MixedStream
+from trmkit.config import Config, ConfigError
+from trmkit.tasks.base import Task, checker_for
+from trmkit.train.resume import describe_run, holds_run
+
+Log = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plugins:
+    """What the CLI hands in from the layers above: the task registry's lookup and config sections, and the
+    API's task hooks (scorer, generator, before-training, model parts) for a config."""
+
+    get_task: Callable[[str], Task]
+    sections: Mapping[str, type]
+    task_hooks: Callable[..., dict]
+
+
+def run(args: argparse.Namespace, cache_dir: Path, plugins: Plugins) -> int:
+    """The command: a fresh adaptation or a resumed one; the exit code."""
+    if args.resume:
+        if args.run_dir or args.data:
+            raise ConfigError(f"--resume {args.resume} continues that adaptation with its own RUN and --data: "
+                              "give neither")
+        cfg = _resumed_config(Path(args.resume), list(args.overrides), plugins)
+    else:
+        if not args.run_dir or not args.data:
+            raise ConfigError("give the run to start from and the new source: trmkit adapt RUN --data NEW "
+                              "(or --resume RUN2)")
+        cfg = new_config(Path(args.run_dir), Path(args.data), plugins, overrides=list(args.overrides),
+                         out=args.out, minutes=args.minutes, checker=args.checker, heldout=args.heldout,
+                         objective=args.objective)
+    result = adapt(cfg, plugins, cache_dir=cache_dir, resume=bool(args.resume), force=args.force,
+                   is_tty=sys.stdout.isatty())
+    return int(result.get("exit_code", 0))
+
+
+def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str] | None = None,
+               out: str | None = None, minutes: float | None = None, checker: str | None = None,
+               heldout: float | None = None, objective: str | None = None, log: Log = print) -> Config:
+    """The new run's config: RUN's, with run.dir=out, train.init_from=RUN, the adapt section and the steps."""
+    if not rundir.weights_file(run_dir).is_file():
+        raise ConfigError(f"{run_dir}: no finished run there ({rundir.weights_file(run_dir)} missing): adapt starts "
+                          "from a trained run's weights; let it finish (`trmkit train --resume`) or name another")
+    out_dir = Path(out) if out else run_dir.with_name(run_dir.name + "-adapted")
+    if out_dir.resolve() == run_dir.resolve():
+        raise ConfigError(f"--out {out_dir}: that is RUN itself, which adapt never changes: give another folder")
+    if not out:
+        log(f"adapt: --out {out_dir} (the default: RUN-adapted)")
+    mine = [f"{SECTION}.source={data.resolve()}", f"{SECTION}.base_run={run_dir.resolve()}"]
+    mine += [f"{SECTION}.{k}={v}" for k, v in (("checker", checker), ("heldout", heldout), ("objective", objective))
+             if v is not None]
+    extra = list(overrides or [])
+    steps = [] if any(o.startswith("train.max_steps=") for o in extra) else ["train.max_steps=1"]  # set below
+    timed = ([f"train.max_minutes={minutes:g}", "train.fit_to_time=true"] if minutes is not None
+             else ["train.max_minutes=0", "train.fit_to_time=false"])
+    if minutes is not None and minutes <= 0:
+        raise ConfigError(f"--minutes {minutes:g}: give a positive number of minutes")
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG),
+                          [f"run.dir={out_dir}", f"train.init_from={run_dir.resolve()}", *steps, *timed, *mine, *extra],
+                          dict(plugins.sections))
+    acfg = adapt_config(cfg)
+    if steps:
+        cfg = config_mod.replace(cfg, "train", max_steps=acfg.rounds * acfg.round_steps)
+        log(f"adapt: train.max_steps={cfg.train.max_steps} (adapt.rounds={acfg.rounds} x adapt.round_steps="
+            f"{acfg.round_steps}" + (f"; --minutes {minutes:g} fits it to the time)" if minutes else ")"))
+    return cfg
+
+
+def _resumed_config(run_dir: Path, overrides: list[str], plugins: Plugins) -> Config:
+    if not rundir.path(run_dir, rundir.CONFIG).is_file():
+        raise ConfigError(f"--resume {run_dir}: no {rundir.CONFIG} there; is it a run directory of `trmkit adapt`?")
+    cfg = config_mod.load(rundir.path(run_dir, rundir.CONFIG), overrides + [f"run.dir={run_dir}"],
+                          dict(plugins.sections))
+    if not adapt_config(cfg).source:
+        raise ConfigError(f"--resume {run_dir}: its config has no adapt section, so it is not an adaptation: "
+                          "continue it with `trmkit train --resume`")
+    return cfg
+
+
+def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: bool = False, force: bool = False,
+          is_tty: bool = False, log: Log = print) -> dict:
+    """Run the adaptation the config describes (a new run, or `resume` the one in run.dir); its result."""
+    from trmkit import hardware
+    from trmkit.train.run import run as train_run
+
+    acfg = adapt_config(cfg)
+    if not resume and not force and holds_run(cfg.run.dir):
+        raise ConfigError(f"--out {cfg.run.dir} already holds a run ({describe_run(cfg.run.dir)}): continue an "
+                          f"adaptation there with `trmkit adapt --resume {cfg.run.dir}`, give another --out, or add "
+                          "--force to start afresh there (its checkpoints, weights, summary and metrics deleted)")
+    problems = read_problems(acfg.source)
+    cfg = _check_source(cfg, problems, resume, log)
+    task = plugins.get_task(problems.meta.task)
+    source = _source(acfg, problems, task, log)
+    aug = _variants(task, problems, acfg.augment, log) if acfg.augment > 1 else None
+    log(f"adapt: kept answers train under {len(aug) if aug else 1} symmetric variant(s) of the task; "
+        f"{acfg.replay_share:.0%} of the samples replay the original training set (adapt.replay_share)")
+    trace = cfg.model.halt_max_steps if cfg.data.trace else 0
+
+    def wrap(base) -> MixedStream:
+        return MixedStream(base, problems.inputs, problems.puzzle_ids, acfg.replay_share, cfg.run.seed, aug, trace)
+
+    hooks = plugins.task_hooks(without_adapt(cfg), log)
+    return train_run(cfg, hardware.probe(), hooks=Rounds(acfg, source, log), log=log, cache_dir=cache_dir,
+                     resume=resume, force=force, is_tty=is_tty, wrap_stream=wrap, **hooks)
+
+
+def _check_source(cfg: Config, problems: Problems, resume: bool, log: Log) -> Config:
+    """The new source fits the run, and is the one the adaptation began on; its fingerprint recorded."""
+    acfg = adapt_config(cfg)
+    base = Path(acfg.base_run)
+    vocab = json.loads(rundir.path(base, rundir.DATA_META).read_text(encoding="utf-8")).get("vocab", [])
+    check_fits(problems, vocab, cfg.model.seq_len, cfg.model.num_puzzle_ids, acfg.source)
+    if rundir.task_of(base) not in (None, problems.meta.task):
+        raise ConfigError(f"--data {acfg.source}: a {problems.meta.task} store, the run {base} learned "
+                          f"{rundir.task_of(base)}: build the new source with the run's task")
+    fingerprint = json.dumps(problems.fingerprints, sort_keys=True)
+    if resume and acfg.source_fingerprint and acfg.source_fingerprint != fingerprint:
+        raise ConfigError(f"{acfg.source}: the new source changed since the adaptation began (its fingerprints "
+                          "differ): resume only on the same store, or start a new adaptation (--force)")
+    return config_mod.with_section(cfg, SECTION, dataclasses.replace(acfg, source_fingerprint=fingerprint))
+
+
+def _source(acfg: AdaptConfig, problems: Problems, task: Task, log: Log) -> Source:
+    """The split, the checker (the task's; refused with the contract's message without one), the tries' variants."""
+    checking = checker_for(task, problems.meta, acfg.checker or None)
+    adapt_idx, heldout = split_problems(len(problems), acfg.heldout, acfg.split_seed)
+    log(f"adapt: {len(problems)} problems in {acfg.source} (inputs only, one per group): {len(adapt_idx)} to adapt "
+        f"on, {len(heldout)} held out (adapt.heldout={acfg.heldout:g}, split seed {acfg.split_seed})")
+    log(f"adapt: the checker: {checking.describe or task.name + ' (its own)'}; objective {acfg.objective} (the "
+        "accepted answers are the labels; the halting head learns 'this answer equals the accepted one')")
+    variants = (_variants(task, problems, acfg.trajectories, log) if acfg.select_from != "noise" else None)
+    return Source(problems, adapt_idx, heldout, checking, variants)
+
+
+def _variants(task: Task, problems: Problems, count: int, log: Log) -> Any:
+    """The task's variants: count of them, or the most of count, count/2, ... it makes (None: it has none)."""
+    if task.variants is None:
+        return None
+    n = count
+    while n >= 1:
+        try:
+            made = task.variants(problems.meta, n)
+        except ValueError:
+            n //= 2
+            continue
+        if n < count:
+            log(f"adapt: {n} symmetric variants (the most of {count}, {count}/2, ... the {task.name} task makes)")
+        return made
+    return None

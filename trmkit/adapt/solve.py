@@ -1,0 +1,159 @@
+"""Solving the new source's problems with the model's test-time compute, and keeping what the checker accepts.
+
+A round's tries are train/select.py's trajectories (the task's symmetric variants and/or noise on the
+initial carry, each run K supervision steps; `select.solve`), plus with `adapt.steps=auto` one more: the
+problem itself thinking until its answer is stable (train/halting.py `think_until_stable`). No label is
+read anywhere here: the checker (`Checking` from the task, tasks/base.py) sees the problem's inputs and each
+try's answer tokens; among the accepted tries of one problem the checker's preference wins (a maze's
+shortest path), then the largest final halting logit, then the earliest try. The chosen answer becomes a
+label through the checker's `to_label` (a maze: the final path, without a trace).
+
+This is the seam a TR-RPG arm reuses (`candidates` and `verdicts`: the tries and the checker's reward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from trmkit.config import ConfigError
+from trmkit.data.stream import Batch
+from trmkit.data.variants import Variants
+from trmkit.train import halting
+from trmkit.train import select as select_mod
+from trmkit.train.session import Session
+from trmkit.train.testtime import ema_eval_mode
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Solver:
+    """How a round tries a problem: the trajectories, their K, the variants they solve, and the auto try."""
+
+    trajectories: list[select_mod.Trajectory]
+    k: int  # supervision steps of each trajectory
+    variants: Variants | None
+    auto: halting.StableAnswer | None  # adapt.steps=auto: one more try that thinks until its answer is stable
+    batch: int  # problems per forward
+
+    def tries(self) -> int:
+        return len(self.trajectories) + (self.auto is not None)
+
+
+def make_solver(n: int, source: str, steps: str, n_sup: int, variants: Variants | None, batch: int,
+                log: Log) -> Solver:
+    """The solver of adapt.trajectories=n, adapt.select_from=source, adapt.steps=steps; every choice said."""
+    if source != "noise" and variants is None:
+        log(f"adapt: select_from={source} -> noise (the task declares no symmetric variants)")
+        source = "noise"
+    if source == "variants" and len(variants) < n:
+        log(f"adapt: {n} tries from variants -> {len(variants)} (the variants the task makes)")
+        n = len(variants)
+    select_mod.parse_select(n)
+    trajectories = select_mod.plan(n, source, len(variants) if variants is not None else 1)
+    cap = halting.parse_auto(steps)
+    if cap is None:
+        k = _steps(steps)
+        auto = None
+    else:
+        k, (auto, why) = n_sup, halting.rule_for(cap, n_sup)
+        log(f"adapt: steps={steps} -> one more try per problem: {auto.describe()} (cap: {why})")
+    log(f"adapt: each unsolved problem gets {len(trajectories)} tries from {source} at K={k} "
+        f"({select_mod.NOISE_STD} noise std where noised; train/select.py)" + (" + the auto try" if auto else ""))
+    return Solver(trajectories, k, variants, auto, max(1, batch))
+
+
+def _steps(text: str) -> int:
+    try:
+        k = int(text)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError(f"adapt.steps={text!r}: give supervision steps K (e.g. 16), or auto, or auto:CAP")
+    return k
+
+
+def candidates(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.ndarray, rows: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Every try's answer (T, b, L) and final halting logit (T, b) for problems (b, L); rows seed the noise."""
+    tries, qs = [], []
+    if solver.trajectories:
+        batch = Batch(inputs=inputs, labels=np.zeros((len(inputs), 0), np.int64), puzzle_ids=puzzle_ids, rows=rows)
+        answers, q, _ = select_mod.solve(model, ctx, batch, solver.trajectories, solver.k, solver.variants)
+        tries.append(answers)
+        qs.append(q)
+    if solver.auto is not None:
+        x = torch.from_numpy(np.ascontiguousarray(inputs)).to(ctx.device)
+        pids = torch.from_numpy(np.asarray(puzzle_ids)).to(ctx.device, torch.int64)
+        logits, q_auto, _, _ = halting.think_until_stable(model, x, pids, ctx, solver.auto)
+        tries.append(model.answer_logits(logits).float().argmax(-1).cpu().numpy()[None])  # (1, b, L)
+        qs.append(q_auto.float().cpu().numpy()[None])
+    width = min(a.shape[2] for a in tries)
+    return np.concatenate([a[:, :, :width] for a in tries]), np.concatenate(qs)
+
+
+def verdicts(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """(T, b) bool: the checker's verdict on each try's answer (T, b, L)."""
+    out = np.stack([np.asarray(checking.check(inputs, a), dtype=bool).reshape(-1) for a in answers])
+    if out.shape != answers.shape[:2]:
+        raise ConfigError(f"the checker ({checking.describe or 'of the task'}) gave {out.shape[1]} verdicts for "
+                          f"{answers.shape[1]} answers: it must return one bool per answer")
+    return out
+
+
+def pick(checking, inputs: np.ndarray, answers: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted (b,) bool, the answer kept per problem (b, L)): among the accepted tries, the checker's
+    preference first, then the larger halting logit, then the earlier try."""
+    passed = verdicts(checking, inputs, answers)
+    rank = (np.stack([np.asarray(checking.prefer(inputs, a), dtype=float) for a in answers])
+            if checking.prefer is not None else np.zeros(passed.shape))
+    kept = answers[0].copy()
+    for i in np.flatnonzero(passed.any(0)):
+        tries = np.flatnonzero(passed[:, i])
+        kept[i] = answers[max(tries, key=lambda t: (rank[t, i], q[t, i])), i]  # max keeps the first of equals
+    return passed.any(0), kept
+
+
+def to_labels(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """The training labels of accepted answers: the checker's to_label, or the answers themselves."""
+    return np.asarray(checking.to_label(inputs, answers) if checking.to_label is not None else answers, np.int64)
+
+
+def solve_round(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_ids: np.ndarray,
+                index: np.ndarray, round_no: int, total: int) -> dict[int, np.ndarray]:
+    """Try the problems `index` (rows of inputs); {problem: its label} for the accepted ones. The noise of a
+    problem's tries differs from round to round (rows offset by round x total problems)."""
+    kept: dict[int, np.ndarray] = {}
+    with ema_eval_mode(s):
+        for start in range(0, len(index), solver.batch):
+            part = index[start:start + solver.batch]
+            x = inputs[part]
+            answers, q = candidates(s.model, s.ctx, solver, x, puzzle_ids[part], part + round_no * total)
+            accepted, chosen = pick(checking, x, answers, q)
+            if accepted.any():
+                labels = to_labels(checking, x[accepted], chosen[accepted])
+                kept.update({int(p): y for p, y in zip(part[accepted], labels)})
+    return kept
+
+
+def one_shot(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_ids: np.ndarray,
+             index: np.ndarray) -> float:
+    """The share of problems `index` whose one-shot answer the checker accepts: the problem itself, no noise,
+    at K (or thinking until stable with adapt.steps=auto), the EMA weights."""
+    one = Solver([select_mod.Trajectory(0, False)], solver.k, None, None, solver.batch)
+    right = 0
+    with ema_eval_mode(s):
+        for start in range(0, len(index), solver.batch):
+            part = index[start:start + solver.batch]
+            x = inputs[part]
+            if solver.auto is None:
+                answers, _ = candidates(s.model, s.ctx, one, x, puzzle_ids[part], part)
+            else:
+                answers, _ = candidates(s.model, s.ctx, Solver([], 0, None, solver.auto, solver.batch), x,
+                                        puzzle_ids[part], part)
+            right += int(verdicts(checking, x, answers[-1:]).sum())
+    return right / max(1, len(index))
