@@ -168,6 +168,13 @@ def test_the_split_is_fixed_and_the_command_runs_with_the_task_s_own_checker(bas
     assert "adapt: the checker: Sudoku rules" in out and "adapt: round 0:" in out
 
 
+def test_train_resume_on_an_adaptation_names_the_command_that_continues_it(base, tmp_path, capsys):
+    adapted(base, base / "new", tmp_path / "a", accept_some)
+    code = main(["train", "--resume", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert code != 0 and f"trmkit adapt --resume {tmp_path / 'a'}" in err and "Traceback" not in err
+
+
 def test_a_pairs_source_is_learned_from_the_user_s_checker_not_from_its_outputs(tmp_path):
     """The new source's outputs are random (wrong): only answers the user's function accepts are trained on."""
     from tests.tiny import PAIRS_TINY, pairs_jsonl

@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
@@ -73,14 +75,14 @@ PRETRAIN_TASK = "email-mlm"  # the task of `trmkit email pretrain`'s store (emai
 
 
 def run_kind(run_dir: str | Path) -> str:
-    """The command that trains the run in run_dir: "rl seed", "rl train", "email pretrain" or "train",
+    """The command that trains the run in run_dir: "rl seed", "rl train", "email pretrain", "adapt" or "train",
     from the task and objective it recorded (data_meta.json; a self-play checkpoint's baselines for a run
     from before "objective" was recorded there)."""
     task = rundir.task_of(run_dir)
     if task == PRETRAIN_TASK:
         return "email pretrain"
     if task != RL_TASK:
-        return "train"
+        return "adapt" if _adapts(run_dir) else "train"
     objective = _read_json(rundir.path(run_dir, rundir.DATA_META)).get("objective")
     if objective in ("seed", "selfplay"):
         return "rl seed" if objective == "seed" else "rl train"
@@ -132,6 +134,16 @@ def _pretrain_source(run_dir: Path) -> str:
     except (OSError, ValueError, StoreError):
         source = None
     return str(source) if source else "STORE"
+
+
+def _adapts(run_dir: str | Path) -> bool:
+    """Whether the run in run_dir is an adaptation (`trmkit adapt`): its config names a new source."""
+    try:
+        cfg = yaml.safe_load(rundir.path(run_dir, rundir.CONFIG).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    section = cfg.get("adapt") if isinstance(cfg, dict) else None
+    return isinstance(section, dict) and bool(section.get("source"))
 
 
 def _read_json(path: Path) -> dict:
