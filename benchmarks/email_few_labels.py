@@ -11,8 +11,10 @@ draws; --out keeps every number as JSON.
     python benchmarks/email_few_labels.py --corpus sa3 --corpus tr --draws 3 --out few.json
 
 A K that a class of the training split cannot fill is refused by the build and left blank.
-A TRM run on such a store has no validation split (its labels would be labels beyond K): it trains
-for --minutes with no early stop and no restore of a best checkpoint (both would be judged on test).
+With --trmkit the table names the few-label guard's choice per draw (email/guard.py; the run's summary holds it)
+and counts the draws more than 0.01 below the rival. A TRM run on such a store has no validation split (its
+labels would be labels beyond K): it trains for --minutes with no early stop and no restore of a best
+checkpoint (both would be judged on test).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 DATA = Path("../shared/data/email")
@@ -77,6 +80,9 @@ def measure(store: Path, out: Path, minutes: float | None) -> dict[str, float | 
     for key in ("trm_minus_baseline", "trm_minus_baseline_balanced"):
         if key in result:
             row[key] = [result[key]["macro_f1"], *result[key]["ci95"]]
+    guard = ((result.get("trm") or {}).get("few_labels") or {}).get("guard")
+    if guard:  # the few-label guard's choice (email/guard.py), as the run's summary holds it
+        row["guard"] = guard["name"]
     return row
 
 
@@ -111,20 +117,27 @@ def paired(draws: list[dict], key: str) -> str:
     diffs = [d[key] for d in draws if key in d]
     if not diffs:
         return ""
-    return f"{cell([x[0] for x in diffs])} ({sum(x[1] > 0 for x in diffs)}/{len(diffs)} above 0)"
+    below = sum(x[0] < -0.01 for x in diffs)
+    return f"{cell([x[0] for x in diffs])} ({sum(x[1] > 0 for x in diffs)}/{len(diffs)} above 0, {below} below -0.01)"
+
+
+def choices(draws: list[dict]) -> str:
+    """The few-label guard's choices over the draws, e.g. "EM weight 4 x4, EM weight 0.3 x1"."""
+    counts = Counter(d["guard"] for d in draws if "guard" in d)
+    return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
 
 
 def table(results: dict[str, dict[str, list[dict]]]) -> list[str]:
     keys = [k for k in MODELS if any(k in r for c in results.values() for rs in c.values() for r in rs)]
     diffs = ["trm_minus_baseline_balanced"] if "trm" in keys else []
     lines = ["| corpus | labels per class | draws | " + " | ".join(MODELS[k] for k in keys)
-             + "".join(" | TRM - LR balanced (paired)" for _ in diffs) + " |",
-             "|" + " --- |" * (3 + len(keys) + len(diffs))]
+             + "".join(" | TRM - LR balanced (paired) | guard's choice" for _ in diffs) + " |",
+             "|" + " --- |" * (3 + len(keys) + 2 * len(diffs))]
     for corpus, rows in results.items():
         for k, draws in rows.items():
             lines.append(f"| {corpus} | {k} | {len(draws)} | "
                          + " | ".join([cell([d[key] for d in draws if key in d]) for key in keys]
-                                      + [paired(draws, key) for key in diffs]) + " |")
+                                      + [f"{paired(draws, key)} | {choices(draws)}" for key in diffs]) + " |")
     return lines
 
 

@@ -23,7 +23,10 @@ Numbers, stratified 80/20 split (`stratified_split`), seed 0:
 
 from __future__ import annotations
 
+import json
 import time
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -100,3 +103,62 @@ def run_baseline(train_texts: Sequence[str], train_labels: Sequence[Any], test_t
                   settings={**SETTINGS, "ngram_range": list(SETTINGS["ngram_range"]), "seed": seed,
                             "class_weight": class_weight})
     return result
+
+
+def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
+    """(the texts both sides read, the labels) of one split of an e-mail store, from its messages.json."""
+    from trmkit.config import ConfigError
+    from trmkit.email.mail import Message
+    from trmkit.email.task import MESSAGES_FILE
+
+    path = Path(data) / split / MESSAGES_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: {data} is not an e-mail store (build it with `trmkit data email`)")
+    records = json.loads(path.read_text())
+    texts = [message_text(Message(subject=r["subject"], sender=r["sender"], body=r["body"])) for r in records]
+    return texts, [r["label"] for r in records]
+
+
+def both_baselines(data: Path, classes: Sequence[str], split: str = "test") -> dict:
+    """`trmkit email baseline`'s rivals on a store: {"baseline", "baseline_balanced", "stronger"}, both fitted on
+    the store's train/ (a --keep-labels store's: its K labelled messages per class alone) and scored on `split`."""
+    train_x, train_y = store_texts(data, "train")
+    test_x, test_y = store_texts(data, split)
+    result = {"baseline": run_baseline(train_x, train_y, test_x, test_y, classes),
+              "baseline_balanced": run_baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
+    result["stronger"] = max(("baseline", "baseline_balanced"), key=lambda k: result[k]["macro_f1"])
+    return result
+
+
+def rival_macro_f1(data: str, classes: tuple[str, ...], split: str = "test") -> tuple[float, str]:
+    """(macro-F1, name) of the stronger of both_baselines on a store's split: the figure a few-label run's summary
+    and `trmkit email baseline --run` both print (computed once per store in a process, as long as its
+    messages.json files are unchanged: a run evaluates often)."""
+    from trmkit.email.task import MESSAGES_FILE
+
+    stamps = tuple((Path(data) / name / MESSAGES_FILE).stat().st_mtime_ns for name in ("train", split))
+    return _rival(data, classes, split, stamps)
+
+
+@lru_cache(maxsize=8)
+def _rival(data: str, classes: tuple[str, ...], split: str, stamps: tuple[int, ...]) -> tuple[float, str]:
+    result = both_baselines(Path(data), list(classes), split)
+    key = result["stronger"]
+    return float(result[key]["macro_f1"]), RIVAL_NAMES[key]
+
+
+RIVAL_NAMES = {"baseline": "TF-IDF + LR", "baseline_balanced": "TF-IDF + LR balanced"}
+
+
+BELOW_BY = 0.01  # a few-label model further than this below its rival gets a warning (issue 74's bar)
+
+
+def rival_line(model: float, rival: float, name: str, labels: int | None) -> str:
+    """The line a few-label run's end and `trmkit email baseline --run` both print: the model's test macro-F1
+    beside its rival's on the same labels, a WARNING when it is more than BELOW_BY below."""
+    on = f"the same {labels} labels" if labels else "the same labels"
+    said = f"test macro-F1 {model:.4f} against {rival:.4f} for {name} fitted on {on} ({model - rival:+.4f})"
+    if model < rival - BELOW_BY:
+        return (f"WARNING: few labels: {said}: the model is more than {BELOW_BY:g} below the simplest rival; "
+                "label more messages (`trmkit email label STORE`) or use the rival")
+    return f"few labels: {said}"

@@ -381,33 +381,16 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
-    from trmkit.email.mail import Message
-    from trmkit.email.prepare import message_text
-    from trmkit.email.task import MESSAGES_FILE
-
-    path = data / split / MESSAGES_FILE
-    if not path.is_file():
-        raise ConfigError(f"{path} not found: {data} is not an e-mail store (build it with `trmkit data email`)")
-    records = json.loads(path.read_text())
-    texts = [message_text(Message(subject=r["subject"], sender=r["sender"], body=r["body"])) for r in records]
-    return texts, [r["label"] for r in records]
-
-
 def run_baseline(args: argparse.Namespace) -> int:
     from trmkit.data.store import META_FILE
-    from trmkit.email.baseline import run_baseline as baseline
+    from trmkit.email.baseline import both_baselines
 
     data = Path(args.data)
     out = guard_new_output(args.out, [data, *(model_reads(args.run) if args.run else [])], args.force,
                            is_baseline_result, "a baseline result") if args.out else None
     meta = email_store_meta(data, META_FILE)
     classes = meta.get("classes", [])
-    train_x, train_y = store_texts(data, "train")  # a --keep-labels store's train/ holds the labelled only
-    test_x, test_y = store_texts(data, "test")
-    result = {"baseline": baseline(train_x, train_y, test_x, test_y, classes),
-              "baseline_balanced": baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
-    result["stronger"] = max(BASELINES, key=lambda k: result[k]["macro_f1"])
+    result = both_baselines(data, classes)  # a --keep-labels store's train/ holds the labelled only
     result["keep_labels"] = meta.get("build", {}).get("keep_labels")
     if args.run:
         trm = json.loads(rundir.path(args.run, rundir.CLASSIFICATION).read_text())
@@ -447,6 +430,19 @@ def paired_difference(trm: dict, base: dict, classes: list[str]) -> dict:
             "ci95": ci["macro_f1_difference"], "rounds": ci["rounds"]}
 
 
+def few_label_lines(result: dict, few: dict) -> list[str]:
+    """The rival's line (with its WARNING when the TRM is below it) and the run's few-label guard choice."""
+    from trmkit.email.baseline import RIVAL_NAMES, rival_line
+
+    key = result["stronger"]
+    lines = [rival_line(result["trm"]["macro_f1"], result[key]["macro_f1"], RIVAL_NAMES[key],
+                        sum(few["labelled"].values()))]
+    guard = (result["trm"].get("few_labels") or {}).get("guard")
+    if guard:
+        lines.append(f"the run's few-label guard chose {guard['name']}: {guard['reason']}")
+    return lines
+
+
 def side_by_side(result: dict, classes: list[str]) -> str:
     """A small table: accuracy, macro-F1 and per-class F1 of the baseline (and the TRM)."""
     from trmkit.tasks.classify.metrics import SMALL_CLASS
@@ -474,6 +470,8 @@ def side_by_side(result: dict, classes: list[str]) -> str:
         if d:
             lines.append(f"TRM - {names[key]} macro-F1 {d['macro_f1']:+.4f}, 95% interval {d['ci95'][0]:+.4f} to "
                          f"{d['ci95'][1]:+.4f} (paired bootstrap, {d['rounds']} rounds)")
+    if few and "trm" in result:  # the line a few-label run's end printed, with the same figures
+        lines += few_label_lines(result, few)
     small = result["baseline"].get("small_classes", [])
     if small:
         lines.append(f"WARNING: fewer than {SMALL_CLASS} test messages in {', '.join(small)}: their F1 is noise-level")

@@ -70,7 +70,7 @@ def before_training(model: torch.nn.Module, train, class_weights: torch.Tensor |
                               f"has none: rebuild it with one, e.g. {rebuild_command(train.meta)}, or train with "
                               "email.input_linear=false")
         fit(model, train.inputs, train.labels, class_weights, part.settings.input_linear_c, log,
-            unlabelled=_unlabelled_ids(part, train, log))
+            unlabelled=_unlabelled_ids(part, train, log), store=str(Path(train.path).resolve().parent))
 
 
 def _unlabelled_ids(part: BagPart, train, log: Log) -> np.ndarray | None:
@@ -102,13 +102,14 @@ def rebuild_command(meta) -> str:
 
 
 def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_weights: torch.Tensor | None,
-        c: float, log: Log = print, unlabelled: np.ndarray | None = None) -> dict[str, float]:
+        c: float, log: Log = print, unlabelled: np.ndarray | None = None, store: str | None = None) -> dict[str, float]:
     """Fit the bag part's linear_weight / bias to the training split (inputs (N, seq_len), labels: the class
     at position 0), and with email.input_linear_folds also one model per fold without that fold
     (linear_fold_weight / _bias); returns what the fit on the whole split reached, and logs it.
     With email.input_linear_weighting=auto or c=0 the features and C are first chosen (`choose`).
     `unlabelled`: bag ids of messages without a label: the idf counts them too, and the fit then
-    self-trains on them (email/selftrain.py)."""
+    self-trains on them (email/selftrain.py), or fits naive Bayes by EM as the few-label guard chose
+    (email/guard.py; `store`: the store's folder, under which the choice is kept for the run's summary)."""
     cfg, part = model.cfg, bag_part(model)
     s = part.settings
     start = time.perf_counter()
@@ -119,7 +120,7 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
     idf = document_idf(every, cfg.vocab_size) if s.input_linear_weighting != "binary" else None
     if unlabelled is not None and s.input_linear_unlabelled == "em":
-        return _fit_em(model, ids, y, unlabelled, log, start)
+        return _fit_em(model, ids, y, unlabelled, log, start, store)
     weighting, c, _ = choose(s.input_linear_weighting, cfg, ids, y, w, idf, c, log)
     if idf is not None:
         with torch.no_grad():
@@ -145,23 +146,44 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
 
 
 def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray, log: Log,
-            start: float) -> dict[str, float]:
-    """input_linear by naive Bayes with EM over the labelled and the unlabelled bags (email/nb_em.py):
-    binary features (the idf buffers, if any, set to read binary), no C."""
-    from trmkit.email import nb_em
+            start: float, store: str | None = None) -> dict[str, float]:
+    """input_linear by naive Bayes with EM over the labelled and the unlabelled bags (email/nb_em.py), at the
+    unlabelled weight the few-label guard chose from the labels alone (email/guard.py), or the guard's logistic
+    regression of the bag (idf features where the part reads them, C=GUARD_C)."""
+    from trmkit.email import guard, nb_em
 
     cfg, part = model.cfg, bag_part(model)
     if part.settings.input_linear_folds:
         raise ConfigError("email.input_linear_unlabelled=em fits one model over every message and has no folds: "
                           "train with email.input_linear_folds=0")
-    x = multi_hot(ids, cfg.vocab_size)
-    weight, bias = nb_em.fit(x, y, multi_hot(unlabelled, cfg.vocab_size), cfg.num_classes, cfg.vocab_size, log)
+    x, x_u = multi_hot(ids, cfg.vocab_size), nb_em.Rows.of(multi_hot(unlabelled, cfg.vocab_size))
+    reads_idf = part.settings.input_linear_weighting != "binary"
+    idf = document_idf(np.concatenate([ids, unlabelled]), cfg.vocab_size) if reads_idf else None
+    x_lr = multi_hot(ids, cfg.vocab_size, idf)
+    ones = torch.ones(len(y))
+    choice = guard.choose(x, y, x_u, x_lr, cfg.num_classes, cfg.vocab_size,
+                          lambda xs, ys: _fit_one(xs, ys, ones[:len(ys)], cfg.num_classes, GUARD_C)[:2], log)
+    if store is not None:
+        guard.remember(store, choice)
+    if choice.method == guard.LR:
+        weight, bias, _ = _fit_one(x_lr, y, ones, cfg.num_classes, GUARD_C)
+        log(f"model: input_linear fitted by logistic regression on the bag's {'idf' if reads_idf else 'binary'} "
+            f"features (C={GUARD_C:g}, {len(y)} labelled messages); the unlabelled ones are not read")
+    else:
+        weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight)
     _set_linear(part, weight, bias)
-    if part.settings.input_linear_weighting != "binary":
+    if reads_idf:
         with torch.no_grad():
-            part.linear_use_idf.fill_(0.0)
-    accuracy = float(((torch.sparse.mm(x, weight) + bias).argmax(1) == y).float().mean())
-    return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start, "weighting": "binary", "c": 0.0}
+            part.linear_idf.copy_(idf.to(part.linear_idf.device))
+            part.linear_use_idf.fill_(float(choice.method == guard.LR))
+    features = x_lr if choice.method == guard.LR else x
+    accuracy = float(((torch.sparse.mm(features, weight) + bias).argmax(1) == y).float().mean())
+    return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start,
+            "weighting": "idf" if choice.method == guard.LR and reads_idf else "binary",
+            "c": GUARD_C if choice.method == guard.LR else 0.0, "guard": choice.to_dict()}
+
+
+GUARD_C = 10.0  # the few-label guard's logistic regression: the rival's C (email/baseline.py SETTINGS)
 
 
 def _set_linear(part: BagPart, weight: torch.Tensor, bias: torch.Tensor) -> None:

@@ -158,4 +158,10 @@ def _classification_markdown(found: tuple[dict, dict] | None) -> str:
     lines += ["", "Confusion (rows true, columns predicted):", "",
               "| true \\ predicted | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(str(v) for v in row) + " |" for name, row in zip(names, s["confusion"])]
+    few = s.get("few_labels")  # a --keep-labels store: the rival on the same labels (email/guard.py)
+    if few:
+        from trmkit.email.baseline import rival_line
+
+        lines += ["", rival_line(few["model_macro_f1"], few["rival_macro_f1"], few["rival"], few["labels"])]
+        lines += [f"The few-label guard chose {few['guard']['name']}: {few['guard']['reason']}"] if few["guard"] else []
     return "\n".join(lines + [""])

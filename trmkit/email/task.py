@@ -421,9 +421,9 @@ def store_meta(args, tok, classes, report: ImportReport, data_report: dict, bag:
 
 def scorer(split: Split) -> ClassifyScorer:
     """Macro-F1, per-class metrics and calibration data of a classify split (tasks/classify/scorer.py)."""
-    from trmkit.tasks.classify.scorer import ClassifyScorer
+    from trmkit.email.guard import FewLabelScorer  # ClassifyScorer, and the rival on a --keep-labels store
 
-    return ClassifyScorer(split, list(split.meta.classes))
+    return FewLabelScorer(split, list(split.meta.classes))
 
 
 def plots(run_dir: Path, out_dir: Path) -> tuple[list[Path], str]:
