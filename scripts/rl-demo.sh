@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Self-play RL demo (docs/rl.md). Two policies, one trainer:
-#   RL_POLICY=lm (the default): a causal language model of 3.3M random parameters (configs/selfplay-lm-tiny.yaml,
-#     byte tokenizer) is seeded on the game's examples, then plays propose / solve / critique on the built-in
-#     generated programs written as Python text, every answer run in the sandbox; 10 min 7 s on 2 loaded Xeon cores
-#     (2026-12-05, seed 3 + self-play 2.5 min then; now 2.5 + 2, the rest evaluation).
-#     It shows the LM path end to end (what a pretrained model from disk runs through, rl.model_path); a random
-#     model this small learns the answer formats, not the programs: expect solve rates near 0.
+#   RL_POLICY=lm (the default): a causal language model of random weights (the `tiny` shape, 279,616 parameters,
+#     byte tokenizer; configs/selfplay-lm-tiny.yaml) is seeded on the game's examples, then plays propose / solve /
+#     critique on the built-in generated programs written as Python text, every answer run in the sandbox.
+#     Seeding teaches it the answer formats (most held-out answers parse), not the programs: its answers barely
+#     depend on the task, so solve rates stay near 0. It shows the LM path end to end, the one a pretrained
+#     model from disk runs through (rl.model_path), which is what TR-RPG is for. Timings: docs/results.md.
 #   RL_POLICY=trm: the Tiny Recursive Model on the list language (configs/selfplay-laptop.yaml), which does learn
 #     to solve (docs/results.md); 4 + 4 minutes here, 15 + 30 in the full recipe (MINUTES_SEED / MINUTES_RL).
 # Both print the held-out solve rate by execution per type, after seeding and after self-play; the LM demo
@@ -30,9 +30,9 @@ if [ "$POLICY" = trm ]; then
 fi
 [ "$POLICY" = lm ] || { echo "RL_POLICY=$POLICY: use lm or trm" >&2; exit 2; }
 CONFIG=configs/selfplay-lm-tiny.yaml
-SMALL=(rl.heldout_per_type=30 rl.eval_per_type=10)  # the demo's held-out sets: 30 generated tasks per type
-$TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-2.5}" "${SMALL[@]}"
-$TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-2}" "${SMALL[@]}"
+SMALL=(rl.heldout_per_type=30 rl.eval_per_type=5)  # held-out sets: 30 generated tasks per type (runs score 5)
+$TRMKIT rl seed $CONFIG run.dir="$SEED" train.max_minutes="${MINUTES_SEED:-4}" "${SMALL[@]}"
+$TRMKIT rl train $CONFIG --init "$SEED" run.dir="$RL" train.max_minutes="${MINUTES_RL:-1}" "${SMALL[@]}"
 DATA=../shared/data/rl
 SEEDS=()
 if [ -f $DATA/azr_7b_seed_io.jsonl ]; then

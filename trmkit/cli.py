@@ -76,32 +76,24 @@ def _train_config(args: argparse.Namespace) -> config_mod.Config:
 
 def _launch(nproc: int) -> int:
     """`trmkit train --nproc N ...`: the same command under torchrun, N processes on this machine."""
-    if nproc < 1:
-        raise ConfigError(f"--nproc {nproc}: give the number of processes, 1 or more")
-    rest, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            rest.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "trmkit", *rest]
+    from trmkit.train.distributed import torchrun_command
+
+    cmd = torchrun_command(sys.executable, sys.argv[1:], nproc)
     print("launch: " + " ".join(cmd[1:]), flush=True)
     os.execv(sys.executable, cmd)
     return 0  # not reached
 
 
-def _run_train(args: argparse.Namespace) -> int:
+def _run_train(args: argparse.Namespace, work=None) -> int:
+    """`work(world)` (default: `trmkit train`) in this process, under torchrun's world, or relaunched by --nproc N."""
     from trmkit.train import distributed
 
-    world = distributed.world_from_env(os.environ)
+    world, work = distributed.world_from_env(os.environ), work or (lambda w: _train(args, w))
     if args.nproc and not world.active:
         return _launch(args.nproc)
     if world.active:
-        _leave_after(lambda: _train(args, world))
-    return _train(args, world)
+        _leave_after(lambda: work(world))
+    return work(world)
 
 
 def _train(args: argparse.Namespace, world) -> int:
@@ -233,6 +225,8 @@ def _run_rl(args: argparse.Namespace) -> int:
     from trmkit.rl import commands
 
     args.cache_dir = _cache_dir()  # the environment is read here only
+    if args.rl_command == "train":  # an LM policy's self-play runs on several processes as `trmkit train` does
+        return _run_train(args, lambda world: commands.run(argparse.Namespace(**vars(args), world=world)))
     return commands.run(args)
 
 

@@ -51,6 +51,9 @@ def test_lm_eval_text_shows_each_kind_and_source_with_its_count_not_the_slices()
     rows = {line.split()[0]: line for line in commands.lm_eval_table(result).splitlines()[1:]}
     assert rows["solve_rate/deduction"].endswith("1.000 (2)") and rows["solve_rate/azr"].endswith("0.000 (2)")
     assert "solve_rate/builtin/deduction/depth1" not in rows  # the slices are in --json
+    rows = {line.split()[0]: line for line in commands.lm_eval_table(
+        {**result, "unparsable/deduction": 0.25, "unparsable/builtin/deduction/depth1": 1.0}).splitlines()[1:]}
+    assert rows["parsed/deduction"].endswith("0.750 (2)") and "parsed/builtin/deduction/depth1" not in rows
 
 
 def test_an_lm_policy_gets_the_lm_objectives_and_its_own_micro_batch_guard(tmp_path):

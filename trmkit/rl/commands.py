@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="start afresh in a run.dir that already holds a run (its checkpoints, weights, summary "
                             "and metrics are deleted once the new run is checked, before it writes)")
         s.add_argument("--memory-budget", default=None, help="peak memory the run may use: 6GB, 512MB")
+        if name == "train":
+            s.add_argument("--nproc", type=int, default=0, metavar="N",
+                           help="an LM policy's self-play (rl.policy=lm) on N processes of this machine, the "
+                                "policy sharded with FSDP: runs `torchrun --standalone --nproc-per-node N -m trmkit rl "
+                                "train ...` (docs/distributed.md)")
     s = sub.add_parser("eval", help="held-out solve rate by execution: all, without shortcuts, per type and slice")
     s.add_argument("run_dir", help="a finished `trmkit rl seed` or `trmkit rl train` run")
     s.add_argument("--json", action="store_true", help="print only the JSON result on stdout (with the per-task "
@@ -163,14 +168,17 @@ class StartFrom(Hooks):
 
 def run_training(args: argparse.Namespace) -> int:
     from trmkit import hardware
+    from trmkit.train.distributed import SINGLE
     from trmkit.train.run import run
 
+    world = getattr(args, "world", SINGLE)  # several processes: the CLI read torchrun's environment
+    log = print if world.main else (lambda *a, **k: None)  # rank 0 speaks for the run; errors still raise
     cfg = load_config(args)
-    objective, cfg = make_objective(args.rl_command, cfg)
+    objective, cfg = make_objective(args.rl_command, cfg, log)
     hooks = StartFrom(Path(args.init), objective) if args.init else Hooks()
     try:  # the run.dir is claimed as by `trmkit train`: never resumed unasked
-        result = run(cfg, hardware.probe(), hooks=hooks, cache_dir=args.cache_dir, objective=objective,
-                     resume=bool(args.resume), force=args.force, is_tty=sys.stdout.isatty())
+        result = run(cfg, hardware.probe(), hooks=hooks, cache_dir=args.cache_dir, objective=objective, world=world,
+                     log=log, resume=bool(args.resume), force=args.force, is_tty=sys.stdout.isatty() and world.main)
     finally:
         objective.close()
     return int(result.get("exit_code", 0))  # 130 / 143: stopped by SIGINT / SIGTERM, saved
@@ -241,6 +249,9 @@ def lm_eval_table(result: dict) -> str:
     for key in sorted(k for k in result if k.split("/")[0] == "solve_rate" and set(k.split("/")[1:]) <= names):
         n = result.get("samples" + key[len("solve_rate"):])
         lines.append(f"{key:40s} {result[key]:.3f}" + (f" ({int(n)})" if n is not None else ""))
+    for key in sorted(k for k in result if k.split("/")[0] == "unparsable" and set(k.split("/")[1:]) <= names):
+        n = result.get("samples" + key[len("unparsable"):])  # answers in the format the parser reads
+        lines.append(f"{'parsed' + key[len('unparsable'):]:40s} {1 - result[key]:.3f}" + (f" ({int(n)})" if n else ""))
     return "\n".join(lines)
 
 

@@ -11,10 +11,12 @@ Both build their own model (train/objective.py `Policy`): the base from rl.model
 dtype the plan allows, LoRA adapters (rl.lora_rank), checkpointed decoder layers, and the micro-batch the memory
 model fits into the run's budget; the trainer's own memory guard is off (the update halves its micro-batch on an
 allocation failure and redoes the step). Evaluation is the game's greedy solve rate per kind and source.
+Self-play on several processes (`trmkit rl train --nproc N`): the policy sharded by FSDP2, rows shared (rl/lm/fsdp.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
@@ -29,6 +31,7 @@ from trmkit.rl import rewards as R
 from trmkit.rl.azr.game import Game, Scored
 from trmkit.rl.azr.policy import AZR
 from trmkit.rl.config import rl_config
+from trmkit.rl.lm import fsdp
 from trmkit.rl.lm import policy as policy_mod
 from trmkit.rl.lm.generate import Rollout, encode_prompts, left_pad, rollout
 from trmkit.rl.lm.logprobs import response_logprobs
@@ -47,6 +50,7 @@ class LMObjective:
     state, the model and optimizers (train/objective.py `Policy`), evaluation and exact resume."""
 
     name = "lm"
+    distributed = False  # whether several processes may run it (train/session.py): self-play's rounds only
 
     def __init__(self, cfg: Config, log: Log = print):
         self.cfg, self.log = cfg, log
@@ -63,6 +67,7 @@ class LMObjective:
         self.rng = random.Random(cfg.run.seed)
         self.game = Game(GameSettings(rl), self.sandbox, self.rng, log)
         self.generator = torch.Generator().manual_seed(cfg.run.seed)
+        self.sampling_seed = cfg.run.seed  # several processes: each its own (build_model), recorded in checkpoints
         self.dtype = "float32" if rl.lm_dtype == "auto" else rl.lm_dtype  # the plan decides "auto"
         self.micro: MicroBatch | None = None  # the first step starts it at the plan's (a resumed run: its own)
         self.steps, self.seconds = 0, 0.0
@@ -85,7 +90,7 @@ class LMObjective:
         version, internal, gauss = self.rng.getstate()
         return {"rng": [version, list(internal), gauss], "generator": self.generator.get_state().tolist(),
                 "game": self.game.state_dict(), "micro": self.micro.state_dict() if self.micro else None,
-                "steps": self.steps, "seconds": self.seconds, "base": self.base}
+                "steps": self.steps, "seconds": self.seconds, "base": self.base, "sampling_seed": self.sampling_seed}
 
     def load_state_dict(self, state: dict) -> None:
         policy_mod.check_base(state.get("base"), self.base, f"the checkpoint of {self.cfg.run.dir}")
@@ -129,10 +134,37 @@ class LMObjective:
     def build_model(self, device: torch.device, log: Log) -> policy_mod.LMPolicy:
         rl = self.rl
         targets = None if rl.lora_targets.strip() == "all" else self.targets()
-        return policy_mod.build(self.base, self.dtype, rl.lora_rank, targets, rl.layer_list, log).to(device)
+        policy = policy_mod.build(self.base, self.dtype, rl.lora_rank, targets, rl.layer_list, log).to(device)
+        rank, size = fsdp.process_group()
+        if size > 1:  # several processes (`--nproc`, torchrun): FSDP2, each its own sampling seed
+            seeds = [fsdp.sampling_seed(self.cfg.run.seed, r) for r in range(size)]
+            self.sampling_seed = seeds[rank]
+            self.generator.manual_seed(self.sampling_seed)
+            log(f"rl: {size} processes roll out their share of every call's rows with sampling seeds {seeds} "
+                "(run.seed on rank 0; recorded in each checkpoint as sampling_seed)")
+            policy.sharding = fsdp.shard(policy.lm, rank, size, bool(rl.lora_rank), log)
+        return policy
 
     def build_optimizers(self, model: policy_mod.LMPolicy) -> Optimizers:
-        return Optimizers(dense=build_optimizer(model.trained().values(), self.cfg.train))
+        inner = build_optimizer(model.trained().values(), self.cfg.train)
+        return Optimizers(dense=fsdp.ShardedOptimizer(inner, model.sharding) if model.sharding else inner)
+
+    def continue_from(self, states: list[dict], saved_world: int, rank: int, log: Log) -> None:
+        """Resume a checkpoint of `saved_world` processes at another number: the game, baselines and micro-batch
+        were the same on every process (rank 0's are taken); each process samples on from the generator of the
+        old process of its rank, or from its own seed's start."""
+        self.load_state_dict(states[0])
+        if rank < len(states):
+            self.generator.set_state(torch.tensor(states[rank]["generator"], dtype=torch.uint8))
+        else:
+            self.generator.manual_seed(self.sampling_seed)
+        log(f"resume: the checkpoint was written by {saved_world} process(es): the weights, optimizer, game state "
+            "and baselines continue exactly; the rows each process samples differ from an uninterrupted run's "
+            f"(not bit-identical; resume with {saved_world} process(es) for that)")
+
+    def gathered(self, policy: policy_mod.LMPolicy):
+        """Several processes: the whole policy gathered for a round or an evaluation (fsdp.py)."""
+        return policy.sharding.gathered() if policy.sharding is not None else contextlib.nullcontext()
 
     # ---- rollouts and evaluation ------------------------------------------------------------
 
@@ -160,10 +192,14 @@ class LMObjective:
     def sample(self, policy: policy_mod.LMPolicy, prompts: list[str], samples: int, greedy: bool) -> Rollout:
         """rollout() in the current micro-batch, halved and redone on an allocation failure."""
         rl = self.rl
-        ro, _ = until_it_fits(lambda size: rollout(
-            policy.lm, policy.tokenizer, prompts, samples=samples, max_new_tokens=rl.max_response_tokens,
-            max_prompt_tokens=rl.max_prompt_tokens, temperature=rl.temperature, micro_batch=size,
-            generator=self.generator, greedy=greedy, chunk_tokens=rl.chunk_tokens), self.micro, "rollout: ")
+
+        def run(texts: list[str], repeat: int, size: int) -> Rollout:
+            return rollout(policy.lm, policy.tokenizer, texts, samples=repeat, max_new_tokens=rl.max_response_tokens,
+                           max_prompt_tokens=rl.max_prompt_tokens, temperature=rl.temperature, micro_batch=size,
+                           generator=self.generator, greedy=greedy, chunk_tokens=rl.chunk_tokens)
+        if policy.sharding is not None:  # this process's rows; no retry (the others would not retry with it)
+            return fsdp.sharded_rollout(policy.sharding, lambda rows: run(rows, 1, self.micro.size), prompts, samples)
+        ro, _ = until_it_fits(lambda size: run(prompts, samples, size), self.micro, "rollout: ")
         return ro
 
     def start_micro(self, ctx: StepContext) -> None:
@@ -176,7 +212,8 @@ class LMObjective:
         per kind during a run; `trmkit rl eval` sets `eval_which` to "all")."""
         self.start_micro(ctx)
         model.eval()
-        return dict(self.game.evaluate(self.generate_fn(model, None, {}), self.eval_which))
+        with self.gathered(model):
+            return dict(self.game.evaluate(self.generate_fn(model, None, {}), self.eval_which))
 
 
 class LMSeedObjective(LMObjective):
@@ -197,7 +234,8 @@ class LMSeedObjective(LMObjective):
         self.seconds += time.perf_counter() - t0
         return {"train/loss": stats["loss"], "train/lr": float(opts.dense.param_groups[0]["lr"]),
                 "train/grad_norm": stats["grad_norm"], "seed/target_tokens": stats["tokens"],
-                "seed/truncated": stats["truncated"], "perf/micro_batch": float(self.micro.size),
+                "seed/truncated": stats["truncated"], "seed/padding": stats["padding"],
+                "perf/micro_batch": float(self.micro.size),
                 "perf/samples": float(len(pairs)), **peaks}
 
     def encode_pairs(self, policy: policy_mod.LMPolicy, pairs: list[tuple[str, str]]
@@ -212,18 +250,23 @@ class LMSeedObjective(LMObjective):
 
     def sft_update(self, policy: policy_mod.LMPolicy, optimizer: torch.optim.Optimizer,
                    pairs: list[tuple[str, str]]) -> dict[str, float]:
-        """One optimizer step of token-mean cross-entropy over the targets, accumulated over micro-batches
-        (rows sorted by length); an allocation failure halves the micro-batch and redoes the step."""
+        """One optimizer step of token-mean cross-entropy over the targets, accumulated over micro-batches of
+        rows of similar length (`length_groups`); an allocation failure halves the micro-batch and redoes the
+        step."""
         prompts, targets, cut = self.encode_pairs(policy, pairs)
-        order = sorted(range(len(pairs)), key=lambda i: len(prompts[i]) + len(targets[i]))
+        lengths = [len(p) + len(t) for p, t in zip(prompts, targets)]
         tokens = sum(len(t) for t in targets)
         policy.train()
         loss, _ = until_it_fits(lambda size: sum(
             self.sft_micro(policy, [prompts[i] for i in part], [targets[i] for i in part], tokens)
-            for part in _chunks(order, size)), self.micro, "seeding: ", lambda: optimizer.zero_grad(set_to_none=True))
+            for part in length_groups(lengths, size)), self.micro, "seeding: ",
+            lambda: optimizer.zero_grad(set_to_none=True))
         norm = step_optimizer(optimizer, self.rl.max_grad_norm)
+        padded = sum(len(part) * (max(len(prompts[i]) for i in part) + max(len(targets[i]) for i in part))
+                     for part in length_groups(lengths, self.micro.size))
         self.micro.clean_step()
-        return {"loss": float(loss), "grad_norm": norm, "tokens": float(tokens), "truncated": float(cut)}
+        return {"loss": float(loss), "grad_norm": norm, "tokens": float(tokens), "truncated": float(cut),
+                "padding": padded / sum(lengths)}
 
     def sft_micro(self, policy: policy_mod.LMPolicy, prompts: list[list[int]], targets: list[list[int]],
                   total_tokens: int) -> float:
@@ -244,15 +287,34 @@ class LMSeedObjective(LMObjective):
         return float(loss.detach())
 
 
-def _chunks(order: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(order), size):
-        yield order[start:start + size]
+PAD_SLACK = 1.25  # a seeding micro-batch's padded tokens stay within this factor of its real ones
+
+
+def length_groups(lengths: list[int], size: int, slack: float | None = None) -> Iterator[list[int]]:
+    """Row indices in micro-batches of at most `size` rows, shortest rows first, a new micro-batch started
+    wherever padding to the next row's length would take its padded tokens past `slack` x its real tokens.
+    Seeding mixes 400-byte solve prompts with 2,000-byte propose examples: padding a whole batch to its
+    longest row made a step cost ~3x its real tokens (in the attention, ~9x)."""
+    slack = PAD_SLACK if slack is None else slack
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    group: list[int] = []
+    real = 0
+    for i in order:
+        n = lengths[i]
+        if group and (len(group) >= size or (len(group) + 1) * n > slack * (real + n)):
+            yield group
+            group, real = [], 0
+        group.append(i)
+        real += n
+    if group:
+        yield group
 
 
 class LMSelfPlayObjective(LMObjective):
     """Propose / solve / critique self-play of the LM policy with TR-RPG (the module docstring)."""
 
     name = "selfplay"
+    distributed = True
 
     def __init__(self, cfg: Config, log: Log = print):
         super().__init__(cfg, log)
@@ -279,15 +341,17 @@ class LMSelfPlayObjective(LMObjective):
         model.eval()
         calls: list = []
         peaks: dict[str, float] = {}
-        with self.phase("round", peaks):
+        with self.phase("round", peaks), self.gathered(model):
             scored = self.game.play_round(self.generate_fn(model, calls, peaks))
         roles = self.role_rows(scored, calls)
         settings = UpdateSettings(micro_batch=self.micro.size, chunk_tokens=self.rl.chunk_tokens,
                                   log_ratio_clip=self.rl.log_ratio_clip, kl_reference=self.kl_reference,
-                                  max_grad_norm=self.rl.max_grad_norm)
+                                  max_grad_norm=self.rl.max_grad_norm, sharding=model.sharding)
         updates: list[dict] = []
+        # several processes: every one steps when any holds rows (the same scored roles everywhere)
+        scored_any = any(sc.texts and float(getattr(self.rl, f"weight_{sc.role}")) > 0 for sc in scored)
         with self.phase("update", peaks):
-            for _ in range(self.rl.update_epochs if roles else 0):
+            for _ in range(self.rl.update_epochs if (roles or (scored_any and model.sharding)) else 0):
                 updates.append(update(model.lm, opts.dense, roles, settings, self.micro, log=self.log))
         self.steps += 1
         self.seconds += time.perf_counter() - t0
@@ -305,8 +369,17 @@ class LMSelfPlayObjective(LMObjective):
             weight = float(getattr(self.rl, f"weight_{sc.role}"))
             if not sc.texts or weight <= 0:
                 continue
-            advantages = torch.tensor(self.advantages(sc), dtype=torch.float32)
-            rows.append(RoleRows(rollout=match_rollout(sc, calls), advantages=advantages, weight=weight,
+            advantages = torch.tensor(self.advantages(sc), dtype=torch.float32)  # every row's, on every process
+            call, span = find_rows(sc, calls)
+            total = 0
+            if isinstance(call, fsdp.ShardedRollout):  # several processes: the rows this one generated
+                local, keep = call.held(span)
+                if local is None:
+                    continue
+                ro, advantages, total = slice_rollout(call.local, local), advantages[keep], len(sc.texts)
+            else:
+                ro = slice_rollout(call, span)
+            rows.append(RoleRows(rollout=ro, advantages=advantages, weight=weight, total_rows=total,
                                  beta=float(getattr(self.rl, f"beta_{sc.role}")), name=f"{sc.role}/{sc.kind}"))
         return rows
 
@@ -362,9 +435,10 @@ def _with_lr(cfg: TrainConfig, lr: float) -> TrainConfig:
     return dataclasses.replace(cfg, lr=lr)
 
 
-def match_rollout(sc: Scored, calls: list[tuple[list[str], int, Rollout]]) -> Rollout:
-    """The rows of the generate call that produced `sc`: its prompts are a run of that call's prompts (the game
-    may score one call's prompts per kind), its texts the same rows' texts."""
+def find_rows(sc: Scored, calls: list) -> tuple[Any, slice]:
+    """The generate call that produced `sc` (a Rollout; several processes: an fsdp.ShardedRollout) and its rows:
+    `sc`'s prompts are a run of that call's prompts (the game may score one call's prompts per kind), its texts
+    the same rows' texts."""
     n = len(sc.prompts)
     for prompts, samples, ro in calls:
         if samples != sc.samples:
@@ -372,7 +446,7 @@ def match_rollout(sc: Scored, calls: list[tuple[list[str], int, Rollout]]) -> Ro
         for start in range(len(prompts) - n + 1):
             rows = slice(start * samples, (start + n) * samples)
             if prompts[start:start + n] == sc.prompts and ro.texts[rows] == list(sc.texts):
-                return slice_rollout(ro, rows)
+                return ro, rows
     raise ValueError(f"no generate call produced the {sc.role}/{sc.kind} texts the game scored: the game must "
                      "score the texts `generate` returned, prompt-major")
 

@@ -76,6 +76,22 @@ def world_from_env(env: Mapping[str, str]) -> World:
     return World(rank, size, local_rank, local_size, launched=True)
 
 
+def torchrun_command(python: str, argv: list[str], nproc: int) -> list[str]:
+    """`python -m torch.distributed.run --standalone --nproc-per-node=N -m trmkit ARGV`, --nproc dropped from ARGV
+    (`trmkit train|rl train --nproc N ...`: the same command under torchrun, N processes on this machine)."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: give the number of processes, 1 or more")
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "trmkit", *rest]
+
+
 def start(world: World, device: str, timeout_s: float) -> str:
     """Join the process group; returns the backend (plan.collective_backend)."""
     backend = collective_backend(device)

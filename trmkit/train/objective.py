@@ -12,6 +12,8 @@ builds an objective closes it when the run ends (`close`: its executor, sandboxe
 
 A `Policy` objective also builds its own model and optimizers (a causal language model with LoRA adapters
 instead of the TRM) and states its memory plan; session.py asks `owns_model` and builds the TRM otherwise.
+One whose `distributed` is true runs on several processes (rl/lm/fsdp.py); a checkpoint of another number of
+processes is handed to its `continue_from(states, saved_world, rank, log)` (train/resume.py).
 """
 
 from __future__ import annotations

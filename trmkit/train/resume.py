@@ -282,6 +282,10 @@ def restore_other_world(s: Session, ckpt: checkpoint.LoadedCheckpoint, saved_wor
     tensors = dist_mod.own_tensors(ckpt.tensors, 0)
     state_mod.restore_shared(s.model, s.opts, s.state, tensors, ckpt.meta)
     metas = ckpt.meta.get("ranks") or [{k: ckpt.meta[k] for k in PER_RANK_META}]
+    if s.objective is not None:  # an objective run on several processes continues its own state (it says how)
+        s.objective.continue_from([m["stream"] for m in metas], saved_world, world.rank, log)
+        checkpoint.restore_rng(metas[0]["rng"], tensors)
+        return
     position = stream.position_for([m["stream"] for m in metas])
     stream.load_state_dict(position)
     checkpoint.restore_rng(metas[0]["rng"], tensors)

@@ -22,6 +22,7 @@ import torch
 from torch.nn.modules.module import _IncompatibleKeys
 
 from trmkit.config import ConfigError
+from trmkit.rl.lm import fsdp
 from trmkit.rl.lm import load as load_mod
 from trmkit.rl.lm import lora as lora_mod
 from trmkit.rl.lm import memory
@@ -37,11 +38,16 @@ class LMPolicy(torch.nn.Module):
     def __init__(self, lm: Any, tokenizer: Any, base: dict, lora: bool):
         super().__init__()
         self.lm, self.tokenizer, self.base, self.lora = lm, tokenizer, dict(base), lora
+        self.sharding: Any = None  # rl/lm/fsdp.py Sharding when several processes share the policy (FSDP2)
 
     def trained(self) -> dict[str, torch.nn.Parameter]:
         return {name: p for name, p in self.named_parameters() if p.requires_grad}
 
     def state_dict(self, *args: Any, **kwargs: Any) -> OrderedDict:  # noqa: ARG002 (nn.Module's signature)
+        """The trained tensors, whole (sharded ones gathered: fsdp.py full_state), under the same names at any
+        number of processes."""
+        if self.sharding is not None:
+            return OrderedDict(self.sharding.full_state(self.trained()))
         return OrderedDict((name, p.detach()) for name, p in self.trained().items())
 
     def load_state_dict(self, state: dict, strict: bool = True, assign: bool = False) -> _IncompatibleKeys:
@@ -57,7 +63,9 @@ class LMPolicy(torch.nn.Module):
         with torch.no_grad():
             for name, p in own.items():
                 if name in state:
-                    p.copy_(state[name].to(p.device, p.dtype))
+                    p.copy_(fsdp.shard_of(state[name], p))  # whole -> this process's shard (no communication)
+        if self.sharding is not None:
+            self.sharding.version += 1
         return _IncompatibleKeys(missing, unexpected)
 
     def num_parameters(self) -> int:

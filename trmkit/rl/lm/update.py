@@ -18,10 +18,15 @@ Out of memory: an allocation failure (torch.OutOfMemoryError, or a RuntimeError 
 allocator's "can't allocate memory"), or `guard(micro.size)` answering False (predicted not to fit), zeroes the
 gradients, halves the micro-batch (a warning) and redoes the step from the same parameters; the optimizer steps
 once. The micro-batch grows back (doubling, up to its starting size) after `grow_after` clean steps.
+
+Several processes (`settings.sharding`, fsdp.py): each back-propagates its own rows over the whole step's counts
+(all-reduced) and FSDP sums the gradients; an allocation failure is raised, not retried (one process redoing the
+step alone would leave the others waiting in a collective).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -48,6 +53,7 @@ class RoleRows:
     weight: float  # lambda_r: the role's share of the loss
     beta: float  # TR-RPG's regulariser toward pi_old
     name: str
+    total_rows: int = 0  # N_r over every process (several processes: this one holds some of them); 0: rollout.rows
 
 
 @dataclass
@@ -60,6 +66,7 @@ class UpdateSettings:
     kl_reference: float  # weight of the k3 KL to the adapters-off reference (0 = off)
     max_grad_norm: float  # gradient clipping (0 = off)
     grow_after: int = 20  # clean steps before a halved micro-batch doubles again
+    sharding: Any = None  # rl/lm/fsdp.py Sharding: the policy is shared by several processes (FSDP2)
 
 
 class MicroBatch:
@@ -136,7 +143,7 @@ def _micro_loss(model: Any, role: RoleRows, rows: torch.Tensor, settings: Update
     old = ro.old_logp[rows, :width].to(device) * response_mask
     loss_i, stats = trrpg_loss(logp.sum(1), old.sum(1), role.advantages[rows].float().to(device), role.beta,
                                settings.log_ratio_clip)
-    loss = loss_i.sum() * (role.weight / ro.rows)
+    loss = loss_i.sum() * (role.weight / (role.total_rows or ro.rows))
     sums = {"ratio": stats["ratio"].sum().item(), "clipped": stats["clipped"].sum().item(),
             "kl_old": stats["kl"].sum().item(), "rows": float(len(rows)), "tokens": response_mask.sum().item(),
             "log_ratio_abs_max": (logp.sum(1) - old.sum(1)).detach().abs().max().item()}
@@ -155,10 +162,17 @@ def _accumulate(model: Any, roles: list[RoleRows], settings: UpdateSettings, siz
     """Forward and backward of every micro-batch of every role, gradients accumulated; the sums of the stats."""
     if guard is not None and not guard(size):
         raise PredictedOOM(f"the memory guard predicts {size} rows do not fit")
-    counts = {"tokens": max(1.0, float(sum(r.rollout.response_mask.sum() for r in roles)))}
+    sharding = settings.sharding
+    tokens = float(sum(r.rollout.response_mask.sum() for r in roles))
+    counts = {"tokens": max(1.0, sharding.total(tokens) if sharding else tokens)}  # the whole step's
     total: dict[str, float] = {"loss": 0.0}
-    for role in roles:
-        for rows in micro_batches(role.rollout, size):
+    batches = [(role, rows) for role in roles for rows in micro_batches(role.rollout, size)]
+    with sharding.gathered(training=True) if sharding else contextlib.nullcontext():
+        if sharding and not batches:
+            sharding.empty_backward(model)
+        for i, (role, rows) in enumerate(batches):
+            if sharding:  # gradients reduced at this process's last backward only (rl/lm/fsdp.py)
+                sharding.sync(i == len(batches) - 1)
             loss, sums = _micro_loss(model, role, rows, settings, counts)
             loss.backward()
             total["loss"] += loss.item()
@@ -166,14 +180,14 @@ def _accumulate(model: Any, roles: list[RoleRows], settings: UpdateSettings, siz
                 combine = max if key == "log_ratio_abs_max" else (lambda a, b: a + b)
                 total[key] = combine(total.get(key, 0.0), value)
             del loss
-    return total
+    return sharding.sum_stats(total) if sharding else total
 
 
 def check_roles(model: Any, roles: list[RoleRows], settings: UpdateSettings) -> None:
     if settings.kl_reference > 0 and not hasattr(model, "disable_adapter"):
         raise ValueError("update: kl_reference > 0 needs a LoRA policy (the reference is the adapters-off base); "
                          "set the KL-to-reference weight to 0 for a full fine-tune")
-    if not roles:
+    if not roles and settings.sharding is None:  # several processes: this one may hold no row of the step
         raise ValueError("update: no roles")
     for role in roles:
         if role.advantages.shape != (role.rollout.rows,):
@@ -212,8 +226,12 @@ def update(model: Any, optimizer: torch.optim.Optimizer, roles: list[RoleRows], 
     micro.grow_after = settings.grow_after  # the settings rule the micro-batch's growth
     t0 = time.perf_counter()
     model.train()
-    total, retries = until_it_fits(lambda size: _accumulate(model, roles, settings, size, guard), micro,
-                                   reset=lambda: optimizer.zero_grad(set_to_none=True))
+    if settings.sharding is not None:  # one process redoing the step alone would desert the others' collectives
+        optimizer.zero_grad(set_to_none=True)
+        total, retries = _accumulate(model, roles, settings, micro.size, guard), 0
+    else:
+        total, retries = until_it_fits(lambda size: _accumulate(model, roles, settings, size, guard), micro,
+                                       reset=lambda: optimizer.zero_grad(set_to_none=True))
     if retries:
         log(f"update: the step was redone {retries} time(s); micro-batch now {micro.size}")
     if not math.isfinite(total["loss"]):
