@@ -24,6 +24,7 @@ LAYER = {
     "trmkit.adapt": 4,
     "trmkit.predict": 4,
     "trmkit.rl.lm": 3.9, "trmkit.rl.loss": 3.8,  # the LM policy's parts, below the rest of rl; the loss they use
+    "trmkit.rl.rewards": 3.8,  # rewards and baselines (standard library only): adapt's TR-RPG arm uses them too
     "trmkit.registry": 4.5, "trmkit.api": 4.7, "trmkit.errors": 4.8,
     "trmkit.cli": 5, "trmkit.__main__": 6,
 }

@@ -137,6 +137,13 @@ def test_an_adaptation_resumes_exactly_after_a_kill(base, tmp_path):
     assert sum(solved[1:]) > 0  # a later round kept answers the first had not: the resume crossed live rounds
 
 
+def test_steps_cut_short_by_the_clock_still_score_the_last_weights(base, tmp_path):
+    """train.max_minutes' hard stop ends the steps after the first (its budget is long spent by then)."""
+    result = adapted(base, base / "new", tmp_path / "a", accept_some, "train.max_minutes=0.000001")
+    records = rounds(tmp_path / "a")
+    assert result["steps"] == 1 and [r["step"] for r in records] == [0, 1] and records[-1]["adapt/tried"] == 0
+
+
 def test_a_task_without_a_checker_is_refused(base, tmp_path):
     with pytest.raises(ConfigError, match="task sudoku has no checker: adapt needs one to accept answers without"):
         adapted(base, base / "new", tmp_path / "a", None)

@@ -19,7 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heldout", type=float, default=None, metavar="F",
                    help="share of the new source's problems held out and scored one-shot by the checker each "
                         "round (default 0.2)")
-    p.add_argument("--objective", default=None, choices=["pseudo"],
-                   help="what a round trains on: pseudo (the accepted answers as labels; the default)")
+    p.add_argument("--objective", default=None, choices=["pseudo", "tr-rpg", "continue"],
+                   help="what the steps train on: pseudo (the accepted answers as labels; the default), tr-rpg "
+                        "(TR-RPG's policy gradient, reward = the checker's verdict, KL to the starting model), or "
+                        "continue (a control: the original training set only, at equal time)")
+    p.add_argument("--keep", default=None, choices=["checker", "vote"],
+                   help="what makes a try's answer a pseudo-label: checker (the default), or vote (a control: the "
+                        "plurality answer of the tries, the checker never asked)")
     p.add_argument("--resume", metavar="RUN2", default=None, help="continue the adaptation in RUN2 exactly")
     p.add_argument("--force", action="store_true", help="start afresh in an --out that already holds a run")

@@ -19,11 +19,13 @@ from typing import Any, Callable, Mapping
 
 from trmkit import config as config_mod
 from trmkit import rundir
-from trmkit.adapt.config import SECTION, AdaptConfig, adapt_config, without_adapt
-from trmkit.adapt.problems import Problems, check_fits, read_problems, split_problems
+from trmkit.adapt.config import SECTION, AdaptConfig, adapt_config, describe_arm, without_adapt
+from trmkit.adapt.problems import Problems, check_fits, read_problems, size_change, split_problems
 from trmkit.adapt.rounds import Rounds, Source
-from trmkit.adapt.stream import MixedStream
-from trmkit.config import Config, ConfigError
+from trmkit.adapt.stream import InGrid, MixedStream, batch_size_for
+from trmkit.adapt.trrpg import TrRpg
+from trmkit.config import Config, ConfigError, ModelConfig
+from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import Task, checker_for
 from trmkit.train.resume import describe_run, holds_run
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace, cache_dir: Path, plugins: Plugins) -> int:
                               "(or --resume RUN2)")
         cfg = new_config(Path(args.run_dir), Path(args.data), plugins, overrides=list(args.overrides),
                          out=args.out, minutes=args.minutes, checker=args.checker, heldout=args.heldout,
-                         objective=args.objective)
+                         objective=args.objective, keep=args.keep)
     result = adapt(cfg, plugins, cache_dir=cache_dir, resume=bool(args.resume), force=args.force,
                    is_tty=sys.stdout.isatty())
     return int(result.get("exit_code", 0))
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace, cache_dir: Path, plugins: Plugins) -> int:
 
 def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str] | None = None,
                out: str | None = None, minutes: float | None = None, checker: str | None = None,
-               heldout: float | None = None, objective: str | None = None, log: Log = print) -> Config:
+               heldout: float | None = None, objective: str | None = None, keep: str | None = None,
+               log: Log = print) -> Config:
     """The new run's config: RUN's, with run.dir=out, train.init_from=RUN, the adapt section and the steps."""
     if not rundir.weights_file(run_dir).is_file():
         raise ConfigError(f"{run_dir}: no finished run there ({rundir.weights_file(run_dir)} missing): adapt starts "
@@ -72,8 +75,8 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
     if not out:
         log(f"adapt: --out {out_dir} (the default: RUN-adapted)")
     mine = [f"{SECTION}.source={data.resolve()}", f"{SECTION}.base_run={run_dir.resolve()}"]
-    mine += [f"{SECTION}.{k}={v}" for k, v in (("checker", checker), ("heldout", heldout), ("objective", objective))
-             if v is not None]
+    mine += [f"{SECTION}.{k}={v}" for k, v in (("checker", checker), ("heldout", heldout), ("objective", objective),
+                                                       ("keep", keep)) if v is not None]
     extra = list(overrides or [])
     steps = [] if any(o.startswith("train.max_steps=") for o in extra) else ["train.max_steps=1"]  # set below
     timed = ([f"train.max_minutes={minutes:g}", "train.fit_to_time=true"] if minutes is not None
@@ -114,28 +117,50 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
                           f"adaptation there with `trmkit adapt --resume {cfg.run.dir}`, give another --out, or add "
                           "--force to start afresh there (its checkpoints, weights, summary and metrics deleted)")
     problems = read_problems(acfg.source)
-    cfg = _check_source(cfg, problems, resume, log)
+    base = config_mod.load(rundir.path(Path(acfg.base_run), rundir.CONFIG), [], dict(plugins.sections))
+    cfg, batch_meta = _check_source(cfg, base.model, problems, resume, base.train.batch_size, log)
     task = plugins.get_task(problems.meta.task)
     source = _source(acfg, problems, task, log)
     aug = _variants(task, problems, acfg.augment, log) if acfg.augment > 1 else None
-    log(f"adapt: kept answers train under {len(aug) if aug else 1} symmetric variant(s) of the task; "
-        f"{acfg.replay_share:.0%} of the samples replay the original training set (adapt.replay_share)")
+    if acfg.objective == "pseudo":  # tr-rpg says its own terms (adapt/trrpg.py); continue keeps nothing
+        log(f"adapt: kept answers train under {len(aug) if aug else 1} symmetric variant(s) of the task; "
+            f"{acfg.replay_share:.0%} of the samples replay the original training set (adapt.replay_share)")
     trace = cfg.model.halt_max_steps if cfg.data.trace else 0
 
     def wrap(base) -> MixedStream:
         return MixedStream(base, problems.inputs, problems.puzzle_ids, acfg.replay_share, cfg.run.seed, aug, trace)
 
     hooks = plugins.task_hooks(without_adapt(cfg), log)
-    return train_run(cfg, hardware.probe(), hooks=Rounds(acfg, source, log), log=log, cache_dir=cache_dir,
-                     resume=resume, force=force, is_tty=is_tty, wrap_stream=wrap, **hooks)
+    if batch_meta is not None and hooks.get("sampler") is not None:  # the run's own mazes in the new grid
+        hooks["sampler"] = InGrid(hooks["sampler"], batch_meta.grid_shape[0])
+    objective = (TrRpg(cfg, acfg, source, hooks.get("sampler"), hooks.get("scorer"), log)
+                 if acfg.objective == "tr-rpg" else None)  # the loss swapped through the trainer's objective seam
+    try:
+        return train_run(cfg, hardware.probe(), hooks=Rounds(acfg, source, log), log=log, cache_dir=cache_dir,
+                         resume=resume, force=force, is_tty=is_tty, wrap_stream=wrap, objective=objective,
+                         batch_meta=batch_meta, **hooks)
+    finally:
+        if objective is not None:
+            objective.close()
 
 
-def _check_source(cfg: Config, problems: Problems, resume: bool, log: Log) -> Config:
-    """The new source fits the run, and is the one the adaptation began on; its fingerprint recorded."""
+def _check_source(cfg: Config, model: ModelConfig, problems: Problems, resume: bool, batch: int, log: Log
+                  ) -> tuple[Config, StoreMeta | None]:
+    """The new source fits the run (`model`, `batch`: RUN's), and is the one the adaptation began on; its
+    fingerprint recorded. A larger grid (size_change): its meta, and a fresh adaptation's batch size for it."""
     acfg = adapt_config(cfg)
     base = Path(acfg.base_run)
     vocab = json.loads(rundir.path(base, rundir.DATA_META).read_text(encoding="utf-8")).get("vocab", [])
-    check_fits(problems, vocab, cfg.model.seq_len, cfg.model.num_puzzle_ids, acfg.source)
+    check_fits(problems, vocab, model.num_puzzle_ids, acfg.source)
+    sized = size_change(problems, model, cfg.data.stream, acfg.source)
+    if sized is not None:
+        log(f"adapt: the new source's {' x '.join(map(str, sized.grid_shape))} grid is larger than the run's "
+            f"{model.grid_height} x {model.grid_width}: the conv model (no positions) trains on it, the replayed "
+            "samples are the run's own mazes placed in that grid, the run's held-out split is evaluated at its size")
+    if sized is not None and not resume and cfg.train.batch_size == batch:  # not set in the overrides
+        wide = dataclasses.replace(model, seq_len=sized.seq_len, grid_height=sized.grid_shape[0],
+                                   grid_width=sized.grid_shape[1])
+        cfg = config_mod.replace(cfg, "train", batch_size=batch_size_for(model, wide, batch, log))
     if rundir.task_of(base) not in (None, problems.meta.task):
         raise ConfigError(f"--data {acfg.source}: a {problems.meta.task} store, the run {base} learned "
                           f"{rundir.task_of(base)}: build the new source with the run's task")
@@ -143,7 +168,7 @@ def _check_source(cfg: Config, problems: Problems, resume: bool, log: Log) -> Co
     if resume and acfg.source_fingerprint and acfg.source_fingerprint != fingerprint:
         raise ConfigError(f"{acfg.source}: the new source changed since the adaptation began (its fingerprints "
                           "differ): resume only on the same store, or start a new adaptation (--force)")
-    return config_mod.with_section(cfg, SECTION, dataclasses.replace(acfg, source_fingerprint=fingerprint))
+    return config_mod.with_section(cfg, SECTION, dataclasses.replace(acfg, source_fingerprint=fingerprint)), sized
 
 
 def _source(acfg: AdaptConfig, problems: Problems, task: Task, log: Log) -> Source:
@@ -152,8 +177,8 @@ def _source(acfg: AdaptConfig, problems: Problems, task: Task, log: Log) -> Sour
     adapt_idx, heldout = split_problems(len(problems), acfg.heldout, acfg.split_seed)
     log(f"adapt: {len(problems)} problems in {acfg.source} (inputs only, one per group): {len(adapt_idx)} to adapt "
         f"on, {len(heldout)} held out (adapt.heldout={acfg.heldout:g}, split seed {acfg.split_seed})")
-    log(f"adapt: the checker: {checking.describe or task.name + ' (its own)'}; objective {acfg.objective} (the "
-        "accepted answers are the labels; the halting head learns 'this answer equals the accepted one')")
+    log(f"adapt: the checker: {checking.describe or task.name + ' (its own)'}")
+    log(describe_arm(acfg))
     variants = (_variants(task, problems, acfg.trajectories, log) if acfg.select_from != "noise" else None)
     return Source(problems, adapt_idx, heldout, checking, variants)
 

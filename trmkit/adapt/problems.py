@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trmkit.config import ConfigError
+from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.store import META_FILE, StoreMeta, read_meta
 
 SPLITS = ("train", "val", "test")  # the splits a store may hold, read in this order
@@ -66,17 +66,43 @@ def split_problems(n: int, heldout: float, seed: int) -> tuple[np.ndarray, np.nd
     return np.sort(order[k:]), np.sort(order[:k])
 
 
-def check_fits(problems: Problems, vocab: list[str], seq_len: int, num_puzzle_ids: int, source: str) -> None:
-    """The new source must speak the run's vocabulary at its sequence length (one batch holds both kinds of
-    sample); else a clear error naming the store and the fix."""
+def check_fits(problems: Problems, vocab: list[str], num_puzzle_ids: int, source: str) -> None:
+    """The new source must speak the run's vocabulary (one batch holds both kinds of sample, and the model's
+    embeddings are the run's); its sequence length is size_change's. Else a clear error naming the store."""
     meta = problems.meta
     if list(meta.vocab) != list(vocab):
         raise ConfigError(f"--data {source}: a {meta.task} store with another vocabulary than the run's "
-                          f"({len(meta.vocab)} tokens against {len(vocab)}): build it with the run's task and settings")
-    if meta.seq_len != seq_len:
-        raise ConfigError(f"--data {source}: sequences of {meta.seq_len} tokens, the run's are {seq_len}: adapt "
-                          "mixes both in one batch, so the new source must have the run's size (another grid size: "
-                          "not supported yet, docs/adapt.md Limits)")
+                          f"({len(meta.vocab)} tokens against {len(vocab)}): build it with the run's task and settings"
+                          + (" (pairs: the same --symbols, e.g. --symbols 0-6 for both)" if meta.task == "pairs"
+                             else ""))
     if int(problems.puzzle_ids.max(initial=0)) >= num_puzzle_ids:
         raise ConfigError(f"--data {source}: puzzle ids up to {int(problems.puzzle_ids.max())}, the run learned "
                           f"{num_puzzle_ids} puzzle embeddings: build the store as the run's was")
+
+
+def size_change(problems: Problems, model: ModelConfig, stream: str, source: str) -> StoreMeta | None:
+    """None when the new source has the run's sequence length; its meta when its grid is larger and the run
+    can train on it: a conv model (no positions) whose replayed samples come from the task's generator, which
+    places the run's own mazes in the larger grid (adapt/stream.py). Anything else is refused by name."""
+    meta = problems.meta
+    if meta.seq_len == model.seq_len:
+        return None
+    size = (f"--data {source}: sequences of {meta.seq_len} tokens, the run's are {model.seq_len}; one batch holds "
+            "replayed and adapted samples, so they must have one length")
+    if model.mixer != "conv":
+        raise ConfigError(f"{size}, and this run's model (mixer={model.mixer}) has learned positions for its "
+                          f"{model.seq_len}: only a conv model (no positions) adapts to another size. Build the new "
+                          "source at the run's size" + (" (pairs: train on a canvas as large as the new source's, "
+                                                        "`trmkit data pairs --canvas RxC --symbols LIST`)"
+                                                        if meta.task == "pairs" else ""))
+    if stream != "generate":
+        raise ConfigError(f"{size}: a conv model could read it, but the run's replayed samples come from its store "
+                          f"(data.stream={stream}) at {model.seq_len} tokens; adapting to another grid needs a run "
+                          "that generates its samples (data.stream=generate: mazes), whose mazes are replayed in "
+                          "the new grid")
+    grid = tuple(meta.grid_shape or ())
+    if len(grid) != 2 or grid[0] < model.grid_height or grid[1] < model.grid_width:
+        raise ConfigError(f"{size}: its grid {' x '.join(map(str, grid)) or '(none)'} must hold the run's "
+                          f"{model.grid_height} x {model.grid_width}: adapt to a larger grid, or build the new "
+                          "source at the run's size")
+    return meta

@@ -5,10 +5,15 @@
     on_step    every adapt.round_steps steps: re-solve what is still unsolved, keep the new answers (the
                stream, adapt/stream.py, mixes them in from the next step), score the held-out part one-shot;
                after the last step: the held-out part once more
+    evaluation (the loop's end, when the clock or an early stop ended the steps first) the same last score
 Each round writes one record to RUN_DIR/metrics.jsonl (adapt/...: problems tried and solved by the checker,
 pseudo-labels kept, held-out one-shot accuracy by the checker, the replay share, seconds) and one console
 line with the elapsed time and the ETA. The kept answers live in the stream, whose state every checkpoint
 holds, so a resumed run neither solves a round twice nor loses one.
+
+The arms (adapt.objective, adapt.keep) share these rounds: tr-rpg's kept answers live in its objective
+(adapt/trrpg.py), which the rounds start from the base run's weights and whose mean reward each record adds;
+`continue` solves nothing (the held-out part is still scored); keep=vote keeps the tries' plurality answer.
 """
 
 from __future__ import annotations
@@ -54,23 +59,27 @@ class Rounds(Hooks):
         self.metrics: JsonlLogger | None = None
         self.stream: MixedStream | None = None
         self.rounds_done = 0
+        self.ended = False  # the end's record (the last weights on the held-out part) written
+        self.first_step = 0  # the step this session started at
 
     def on_start(self, s: Session) -> None:
-        if not isinstance(s.data.stream, MixedStream):
-            raise TypeError("adapt's rounds need the run's stream to be adapt's MixedStream (adapt/command.py)")
-        self.stream = s.data.stream
+        self.stream = s.objective if s.objective is not None else s.data.stream
+        if not isinstance(self.stream, MixedStream) and not hasattr(self.stream, "round_reward"):
+            raise TypeError("adapt's rounds need adapt's MixedStream or its tr-rpg objective (adapt/command.py)")
         self.solver = make_solver(self.acfg.trajectories, self.acfg.select_from, self.acfg.steps,
                                   s.model.cfg.halt_max_steps, self.source.variants,
                                   s.run.eval_batch or int(s.run.plan.eval_batch.value), self.log)
         self.metrics = JsonlLogger(rundir.path(Path(s.cfg.run.dir), rundir.METRICS))
-        step = s.state.step
+        step = self.first_step = s.state.step
         self.rounds_done = step // self.acfg.round_steps + (step > 0)
         if step > 0:
             self.log(f"adapt: resumed at step {step}: {len(self.stream.kept)} pseudo-labels kept, "
                      f"round {self.rounds_done} next at step {self.rounds_done * self.acfg.round_steps}")
             return
+        if s.objective is not None:
+            s.objective.start(s.model, s.opts, self.log)  # the trainer starts only a store's run from init_from
         self._round(s, 0)
-        if not self.stream.kept:
+        if not self.stream.kept and self.acfg.objective == "pseudo":
             self.log("adapt: the checker accepted none of the answers: there is nothing to train on, so no step "
                      "is trained and the new run keeps the starting weights (try more adapt.trajectories, "
                      "adapt.steps, or check the checker)")
@@ -80,8 +89,17 @@ class Rounds(Hooks):
         step = s.state.step
         if step >= s.cfg.train.max_steps:
             self._round(s, self.rounds_done, solve=False)  # the last weights on the held-out part
+            self.ended = True
         elif step % self.acfg.round_steps == 0:
             self._round(s, self.rounds_done)
+
+    def evaluation(self, s: Session) -> dict | None:
+        """Steps that ended before train.max_steps (train.max_minutes' hard stop, a time fit that lowered it,
+        an early stop) still get the end's record: the last weights on the held-out part. The loop evaluates."""
+        if self.metrics is not None and not self.ended and s.state.step > self.first_step:
+            self._round(s, self.rounds_done, solve=False)
+            self.ended = True
+        return None
 
     def after_training(self, s: Session, result: dict) -> None:
         if self.metrics is not None:
@@ -93,10 +111,12 @@ class Rounds(Hooks):
 
     def _round(self, s: Session, number: int, solve: bool = True) -> None:
         src, t0 = self.source, time.perf_counter()
-        tried, new = self._tries(number) if solve else (np.zeros(0, np.int64), {})
+        tries = solve and self.acfg.objective != "continue"  # the control trains on the original source only
+        tried, new = self._tries(number) if tries else (np.zeros(0, np.int64), {})
         if len(tried):
+            share = self.acfg.vote_share if self.acfg.keep == "vote" else 0.0
             new = solve_round(s, self.solver, src.checking, src.problems.inputs, src.problems.puzzle_ids, tried,
-                              number, len(src.problems))
+                              number, len(src.problems), vote_share=share)
             self.stream.keep(new)
         solve_s, t1 = time.perf_counter() - t0, time.perf_counter()
         acc = (one_shot(s, self.solver, src.checking, src.problems.inputs, src.problems.puzzle_ids, src.heldout)
@@ -106,6 +126,8 @@ class Rounds(Hooks):
                   "adapt/heldout_one_shot": acc, "adapt/heldout_problems": len(src.heldout),
                   "adapt/replay_share": self._replay_share(), "adapt/solve_seconds": round(solve_s, 2),
                   "adapt/heldout_seconds": round(time.perf_counter() - t1, 2)}
+        if hasattr(self.stream, "round_reward"):  # tr-rpg: the mean checker reward of its tries since the last record
+            record["adapt/reward_mean"] = self.stream.round_reward()
         if s.run.world.main:
             self.metrics.log(s.state.step, record)
         self.rounds_done = number + solve
@@ -134,6 +156,8 @@ class Rounds(Hooks):
         what = (f"round {r['adapt/round']}: solved {r['adapt/solved']} of {r['adapt/tried']} tried" if solve
                 else "the end")
         acc = r["adapt/heldout_one_shot"]
+        if "adapt/reward_mean" in r:
+            what += f" (tr-rpg tries' mean reward since the last round {r['adapt/reward_mean']:.3f})"
         self.log(f"adapt: {what} at step {step}/{total}; {r['adapt/kept']}/{len(self.source.adapt)} pseudo-labels "
                  f"kept; held-out one-shot {acc:.3f} by the checker ({r['adapt/heldout_problems']} problems); "
                  f"replay {r['adapt/replay_share']:.2f}; {_clock(elapsed)} elapsed, ETA {_clock(max(0.0, eta))}")

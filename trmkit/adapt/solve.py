@@ -8,7 +8,8 @@ try's answer tokens; among the accepted tries of one problem the checker's prefe
 shortest path), then the largest final halting logit, then the earliest try. The chosen answer becomes a
 label through the checker's `to_label` (a maze: the final path, without a trace).
 
-This is the seam a TR-RPG arm reuses (`candidates` and `verdicts`: the tries and the checker's reward).
+The vote control (adapt.keep=vote, `vote`) keeps the plurality answer of the tries instead and never asks
+the checker's verdict; the TR-RPG arm (adapt/trrpg.py) draws its own tries, whose probability it needs.
 """
 
 from __future__ import annotations
@@ -98,11 +99,14 @@ def candidates(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.nd
 
 def verdicts(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
     """(T, b) bool: the checker's verdict on each try's answer (T, b, L)."""
-    out = np.stack([np.asarray(checking.check(inputs, a), dtype=bool).reshape(-1) for a in answers])
-    if out.shape != answers.shape[:2]:
-        raise ConfigError(f"the checker ({checking.describe or 'of the task'}) gave {out.shape[1]} verdicts for "
-                          f"{answers.shape[1]} answers: it must return one bool per answer")
-    return out
+    rows = []
+    for a in answers:
+        row = np.asarray(checking.check(inputs, a), dtype=bool).reshape(-1)
+        if len(row) != answers.shape[1]:
+            raise ConfigError(f"the checker ({checking.describe or 'of the task'}) gave {len(row)} verdicts for "
+                              f"{answers.shape[1]} answers: it must return one bool per answer")
+        rows.append(row)
+    return np.stack(rows)
 
 
 def pick(checking, inputs: np.ndarray, answers: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,22 +122,31 @@ def pick(checking, inputs: np.ndarray, answers: np.ndarray, q: np.ndarray) -> tu
     return passed.any(0), kept
 
 
+def vote(answers: np.ndarray, q: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The control without the checker (adapt.keep=vote): (kept (b,) bool, the plurality answer (b, L)); a
+    problem is kept when at least `share` of its T tries give the plurality answer (train/select.py plurality)."""
+    chosen, _ = select_mod.plurality(answers, q)
+    agree = (answers == chosen[None]).all(-1).mean(0)  # (b,) the share of tries that gave it
+    return agree >= share - 1e-9, chosen
+
+
 def to_labels(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
     """The training labels of accepted answers: the checker's to_label, or the answers themselves."""
     return np.asarray(checking.to_label(inputs, answers) if checking.to_label is not None else answers, np.int64)
 
 
 def solve_round(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_ids: np.ndarray,
-                index: np.ndarray, round_no: int, total: int) -> dict[int, np.ndarray]:
+                index: np.ndarray, round_no: int, total: int, vote_share: float = 0.0) -> dict[int, np.ndarray]:
     """Try the problems `index` (rows of inputs); {problem: its label} for the accepted ones. The noise of a
-    problem's tries differs from round to round (rows offset by round x total problems)."""
+    problem's tries differs from round to round (rows offset by round x total problems). vote_share > 0: the
+    vote control (adapt.keep=vote) keeps the plurality answer instead, and the checker's verdict is never asked."""
     kept: dict[int, np.ndarray] = {}
     with ema_eval_mode(s):
         for start in range(0, len(index), solver.batch):
             part = index[start:start + solver.batch]
             x = inputs[part]
             answers, q = candidates(s.model, s.ctx, solver, x, puzzle_ids[part], part + round_no * total)
-            accepted, chosen = pick(checking, x, answers, q)
+            accepted, chosen = vote(answers, q, vote_share) if vote_share > 0 else pick(checking, x, answers, q)
             if accepted.any():
                 labels = to_labels(checking, x[accepted], chosen[accepted])
                 kept.update({int(p): y for p, y in zip(part[accepted], labels)})

@@ -8,19 +8,29 @@ i-th sample's draws come from default_rng([seed, i]), so the stream's whole stat
 kept answers and the original stream's own position: a checkpoint holds them (train/state.py saves the
 stream's state_dict) and a resumed run goes on exactly.
 
-A trace run (data.trace: labels (N_sup, L) per sample) trains its kept answers as the final answer at
-every supervision step, without a search's trace (the checker's answer is not a solver's output).
+A trace run (data.trace: labels (N_sup, L) per sample) trains its kept answers as the final answer at the
+last supervision step only, the earlier steps unlabelled (0, ignored), without a search's trace (the checker's
+answer is not a solver's output). Labelled at every step, the final path asks step 1 for what the trace
+reaches only after many steps: adapting the 11 x 11 maze-trace model on 30 x 30 mazes that way, round 1
+solved 0 of 40 (the held-out one-shot 0.1 -> 0.0); at the last step only, 24 of 40 (docs/adapt.md).
+
+A new source of a larger grid (adapt/problems.py `size_change`: a conv model, data.stream=generate) keeps
+one length per batch: `InGrid` has the task's generator place the run's own training mazes in the new
+grid, and `batch_size_for` picks the step's samples for the longer rows (printed with its reason).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from trmkit.config import ConfigError, ModelConfig
 from trmkit.data.stream import Batch
 from trmkit.data.variants import Variants
+from trmkit.plan.memory_model import Calibration, carry_slot_bytes, micro_slot_bytes
 
+TRACE_ANSWER = "last"  # a trace run's kept answer labels the "last" supervision step only ("every": all of them)
 MIX = 1  # the stream's index in default_rng([seed, MIX, i]): apart from every other draw seeded by the run's seed
 
 
@@ -55,7 +65,10 @@ class MixedStream:
         for i, (rng, mine) in enumerate(zip(draws, own)):
             if mine:
                 inputs[i], y, pids[i] = self._draw(rng)
-                labels[i] = y  # broadcast over the trace's steps
+                if self.trace_steps and TRACE_ANSWER == "last":
+                    labels[i, -1] = y  # the last supervision step only; the earlier ones stay 0, ignored
+                else:
+                    labels[i] = y  # broadcast over the trace's steps
             else:
                 inputs[i], labels[i], pids[i] = base.inputs[j], base.labels[j], base.puzzle_ids[j]
                 j += 1
@@ -83,3 +96,41 @@ class MixedStream:
         self._next = int(state["adapt_next"])
         self.kept = {}
         self.keep({int(p): np.asarray(y, np.int64) for p, y in state["kept"].items()})
+
+
+MIN_BATCH = 8  # samples a step at least: fewer make each step's mix of replayed and kept answers too coarse
+
+
+class InGrid:
+    """The task's generator (Task.sampler: (store meta, cfg) -> sampler) with its samples placed in a larger
+    grid x grid canvas: the run's own training samples, replayed at the new source's length."""
+
+    def __init__(self, factory: Callable[..., Any], grid: int) -> None:
+        self.factory, self.grid = factory, int(grid)
+        self.trace_tokens = getattr(factory, "trace_tokens", ())  # read before any sampler exists
+
+    def __call__(self, meta: Any, cfg: Any) -> Any:
+        sampler = self.factory(meta, cfg)
+        if not hasattr(sampler, "in_grid"):
+            raise ConfigError(f"the {meta.task} task's generator cannot place its samples in a larger grid "
+                              "(no in_grid; tasks/maze/sampler.py has one): adapt to a source of the run's size")
+        return sampler.in_grid(self.grid)
+
+
+def batch_size_for(base: ModelConfig, new: ModelConfig, batch_size: int, log: Callable[[str], None]) -> int:
+    """train.batch_size for rows of new.seq_len tokens: the run's tokens per step (so a step costs about the
+    run's time and memory), at least MIN_BATCH and at most the run's batch; printed with the memory per
+    sample of both lengths (plan/memory_model.py; the planner then fits the micro-batch to the budget)."""
+    kept = max(1, round(batch_size * base.seq_len / new.seq_len))
+    chosen = min(batch_size, max(MIN_BATCH, kept))
+    backward = Calibration().backward_calls
+    per = {m.seq_len: carry_slot_bytes(m) + micro_slot_bytes(m, 2, False, backward) for m in (base, new)}
+    why = (f"{kept} keep the run's {batch_size} x {base.seq_len} tokens a step" +
+           (f", raised to {MIN_BATCH}: fewer make each step's mix of replayed and kept answers too coarse"
+            if kept < MIN_BATCH else "") + (f", capped at the run's {batch_size}" if kept > batch_size else ""))
+    ratio = new.seq_len / base.seq_len
+    log(f"adapt: train.batch_size={chosen} for the new grid's {new.seq_len}-token rows ({ratio:.1f}x the run's "
+        f"{base.seq_len}): {why}; about {per[new.seq_len] / 2**20:.0f} MiB a sample in training against "
+        f"{per[base.seq_len] / 2**20:.1f} MiB at the run's size, {chosen * per[new.seq_len] / 2**30:.2f} GiB a step "
+        "before the fixed part (the planner fits the micro-batch to the memory budget below)")
+    return chosen

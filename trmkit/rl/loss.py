@@ -13,6 +13,9 @@ gradient, where the clip is inactive, is
 (tests/rl/test_loss.py checks autograd against this formula). The beta term is a KL-style
 regulariser: E_old[w log w] = KL(pi_theta || pi_old).
 
+`reference_kl` is the exact KL to a fixed reference policy (the starting model: `trmkit adapt --objective
+tr-rpg`), per sample, for a policy whose positions are independent given the prompt.
+
 Seeding (SFT): -log pi(trace | task) - alpha * log pi(answer | task, trace), per position
 weights: 1 on every response position, 1 + alpha on the answer's positions (a TRM writes
 all positions at once, so pi(answer | task, trace) is the answer positions' probability).
@@ -41,6 +44,16 @@ def trrpg_gradient_weight(logp_new: torch.Tensor, logp_old: torch.Tensor, advant
     """The factor g with dL/dtheta = -g * grad log pi_theta (no clip): w * (A - beta * (log w + 1))."""
     log_w = logp_new - logp_old
     return log_w.exp() * (advantages - beta * (log_w + 1))
+
+
+def reference_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sample KL(pi_theta || pi_ref) (N,) of policies whose positions are drawn independently (a TRM writes
+    every position at once): the sum over positions of sum_v p_v (log p_v - log q_v). logp, logp_ref (N, R, V)
+    log-probabilities over the vocabulary; mask (N, R) or (R,): the positions that count (default all)."""
+    per = (logp.exp() * (logp - logp_ref)).sum(-1)  # (N, R)
+    if mask is not None:
+        per = per * mask.to(per.dtype)
+    return per.sum(-1)
 
 
 def sft_loss(token_logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -129,7 +129,10 @@ class UserFunction:
         try:
             return self._conn.recv()
         except (EOFError, OSError):
-            code = self._proc.wait(5.0)
+            try:
+                code = self._proc.wait(5.0)
+            except subprocess.TimeoutExpired:  # the socket closed but the child lives on (user code closed it)
+                return "died", "closed its connection to trmkit and did not exit"
             return "died", f"its process exited (code {code})"
 
     def _fail(self, i: int, name_puzzle: Callable[[int], str], what: str, fix: str) -> None:

@@ -24,6 +24,7 @@ the task's scoring are shared out (train/distributed.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -262,16 +263,31 @@ def _evaluate(s: Session, batches, log: Log, split: Split) -> dict[str, float]:
             result = _evaluate_here(s, batches, log, split) if world.main else None
             return dist_mod.share_object(result, world)  # the others wait (run.dist_timeout)
         if world.active:  # each process evaluates its share of the batches; the sums are added
-            return evaluate(s.model, batches, s.ctx, split.meta.blank_id, None, reduce=dist_mod.sum_totals)
+            return evaluate(sized_for(s.model, split), batches, s.ctx, split.meta.blank_id, None,
+                            reduce=dist_mod.sum_totals)
         return _evaluate_here(s, batches, log, split)
 
 
 def _evaluate_here(s: Session, batches, log: Log, split: Split) -> dict[str, float]:
     scorer = s.scorer(split) if s.scorer is not None else None
-    result = evaluate(s.model, batches, s.ctx, split.meta.blank_id, scorer)
+    result = evaluate(sized_for(s.model, split), batches, s.ctx, split.meta.blank_id, scorer)
     if isinstance(scorer, SavesAnswers):  # the task's answers, e.g. an ARC Prize submission
         log(f"eval: answers written to {scorer.save(s.cfg.run.dir)}")
     return result
+
+
+def sized_for(model: TRM, split: Split) -> TRM:
+    """The model, or for a store of another grid (a conv model trained at one size evaluates another: trmkit
+    adapt trains on the new source's grid and still scores the run's own held-out split) a model built for
+    that grid holding the weights in hand (as `trmkit eval` and predict/engine.py read another size)."""
+    cfg, shape = model.cfg, split.meta.grid_shape
+    if cfg.mixer != "conv" or shape is None or split.meta.seq_len == cfg.seq_len:
+        return model
+    sized = TRM(dataclasses.replace(cfg, seq_len=split.meta.seq_len, grid_height=shape[0], grid_width=shape[1]),
+                model.parts).to(next(model.parameters()).device)
+    sized.load_state_dict(model.state_dict())
+    sized.net.fused_inference = model.net.fused_inference
+    return sized
 
 
 def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None = None) -> None:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from trmkit.config import Config
 from trmkit.data.generated import Sampler
-from trmkit.data.store import Split
+from trmkit.data.store import Split, StoreMeta
 from trmkit.hardware import HardwareInfo
 from trmkit.model.parts import PartsFactory
 from trmkit.train import loop
@@ -39,7 +39,7 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
         resume: bool = False, force: bool = False, is_tty: bool = False,
         scorer: Callable[[Split], Scorer] | None = None, sampler: Callable[..., Sampler] | None = None,
         before_training: Callable[..., None] | None = None, parts: PartsFactory | None = None,
-        wrap_stream: Callable[..., object] | None = None) -> dict:
+        wrap_stream: Callable[..., object] | None = None, batch_meta: StoreMeta | None = None) -> dict:
     """Train cfg on this machine: the run's result (its summary, or {"stopped", "steps", "exit_code"}
     after a stop signal, saved).
 
@@ -50,11 +50,12 @@ def run(cfg: Config, hw: HardwareInfo, *, hooks: Hooks = NO_HOOKS, log: Log = pr
     objective: a workload that makes its own batches, in place of a store (train/objective.py).
     world: this process's place among several (train/distributed.py).
     scorer, sampler, before_training, parts: what the store's task plugs in (session.prepare).
-    wrap_stream: a source of training samples around the store's stream (session.prepare; trmkit adapt)."""
+    wrap_stream: a source of training samples around the store's stream (session.prepare; trmkit adapt).
+    batch_meta: the store whose sequence length the training batches have, when not data.path's (session.prepare)."""
     replace = claim_run_dir(cfg.run.dir, resume, force, log)  # decides; deletes nothing yet
     s = prepare(cfg, hw, log=log, cache_dir=cache_dir, objective=objective, world=world, scorer=scorer,
                 sampler=sampler, before_training=before_training, parts=parts, fresh=replace,
-                wrap_stream=wrap_stream)
+                wrap_stream=wrap_stream, batch_meta=batch_meta)
     if replace:  # the new run is checked (config, store, plan): only now is the old one deleted
         if world.main:
             clear_run(Path(cfg.run.dir), log)

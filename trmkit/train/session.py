@@ -25,7 +25,7 @@ import torch
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.config import Config, ConfigError
-from trmkit.data.store import Split, open_split
+from trmkit.data.store import Split, StoreMeta, open_split
 from trmkit.data.curriculum import RatedSampler
 from trmkit.data.generated import GeneratedStream, Sampler
 from trmkit.data.hints import MissingStore
@@ -149,6 +149,14 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     return fields
 
 
+def batch_fields(meta: StoreMeta, mixer: str) -> dict[str, int]:
+    """The model fields of batches shaped as another store's (trmkit adapt on a larger grid): length and grid."""
+    if mixer != "conv" or meta.grid_shape is None:
+        raise ConfigError(f"training batches of {meta.seq_len} tokens need a model without positions (model.mixer="
+                          f"conv, and a grid store), this run's has mixer={mixer}")
+    return {"seq_len": meta.seq_len, "grid_height": meta.grid_shape[0], "grid_width": meta.grid_shape[1]}
+
+
 def grid_fields(split: Split) -> dict[str, int]:
     if split.meta.grid_shape is None:
         raise ConfigError(f"{split.path}: model.mixer=conv needs a grid store, and this {split.meta.task} store "
@@ -263,8 +271,8 @@ def build_optimizers(model: TRM, cfg: Config) -> Optimizers:
     return Optimizers(dense=build_optimizer(model.parameters(), t), sparse=sparse, ema=ema)
 
 
-def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool, saved: dict, log: Log
-                   ) -> tuple[Config, Data]:
+def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool, saved: dict, log: Log,
+                   batch_meta: StoreMeta | None = None) -> tuple[Config, Data]:
     """The run's final config, and the store's splits it was resolved from.
 
     data.path becomes absolute; the model fields come from the objective (it says what the
@@ -292,6 +300,7 @@ def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool
             else:
                 warn_if_unfingerprinted(Path(path), None, log)
             fields = model_fields(data.train or data.test, cfg.model.mixer)
+            fields.update(batch_fields(batch_meta, cfg.model.mixer) if batch_meta is not None else {})
     model = dataclasses.replace(cfg.model, **fields)  # checked before the resume is looked at
     run = dataclasses.replace(cfg.run, dtype=resume_dtype(cfg.run.dtype, saved, log))
     return dataclasses.replace(cfg, run=run, model=model, data=dataclasses.replace(cfg.data, path=path)), data
@@ -441,29 +450,29 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
             evaluate_only: bool = False, objective: Objective | None = None, world: World = SINGLE,
             sampler: Callable[..., Sampler] | None = None, before_training: Callable[..., None] | None = None,
             parts: PartsFactory | None = None, fresh: bool = False,
-            wrap_stream: Callable[[SampleStream | GeneratedStream], object] | None = None) -> Session:
+            wrap_stream: Callable[..., object] | None = None, batch_meta: StoreMeta | None = None) -> Session:
     """Resolve cfg for the data and this machine, and build model and state.
 
     The meter (started here unless given) watches every phase from the planner's probes on.
     scorer: the task's extra evaluation metrics (built per evaluation from the test split).
     evaluate_only: for `trmkit eval`: the store may lack a train split and must match the run's.
     objective: a workload that makes its own batches (no store; train/objective.py).
-    world: this process's place among several (train/distributed.py); cfg.train.batch_size stays
-    the global batch, each process holds its share of the slots.
+    world: this process's place among several (train/distributed.py); batch_size stays global, split in slots.
     sampler: the task's generator (data.stream=generate): (store meta, cfg) -> one example at a difficulty; the
     task reads its own knobs from cfg (the maze task's section `maze:`).
     before_training: the task's hook (model, training split, class weights, log), called once the model and the
     training split exist, e.g. to fit frozen weights (the e-mail task's email.input_linear); a resumed run reloads
     its checkpoint after it. parts: the task's pieces of the model (model/parts.py).
     fresh: a new run in a run.dir whose old run is deleted after this (--force): its checkpoints are not read.
-    wrap_stream: a source of samples around the store's stream, set before a resume loads it (trmkit/adapt/)."""
+    wrap_stream: a source of samples around the store's stream, set before a resume loads it (trmkit/adapt/);
+    batch_meta: a store whose length the batches have, not data.path's (adapt to a larger grid: batch_fields)."""
     started, meter = time.perf_counter(), meter or PeakMeter().start()
-    if world.active and (objective is not None or evaluate_only):
-        raise ConfigError("only `trmkit train` runs on several processes; self-play and evaluation run in one "
-                          "(launch them without torchrun)")
+    if world.active and (evaluate_only or not getattr(objective, "distributed", objective is None)):
+        raise ConfigError("only `trmkit train` and an LM policy's `trmkit rl train` run on several processes; seeding "
+                          "and evaluation run in one (launch them without torchrun or --nproc)")
     saved = {} if fresh else saved_meta(cfg.run.dir)
     trained = {} if evaluate_only else saved  # eval resumes no training: no checkpoint's shape or micro-batch
-    cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log)
+    cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log, batch_meta)
     cfg = trace_outputs(cfg, sampler, log) if objective is None and not evaluate_only else cfg
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
     plan = plan_run(cfg, local, hw, world, meter, trained, log, cache_dir, objective)

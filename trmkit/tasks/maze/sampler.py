@@ -14,11 +14,15 @@ hardness: longer routes than loops allow in the same grid (measured: no help on 
 docs/results.md). Each maze gets a random symmetry of the square. With data.trace=r
 every supervision step gets its own labels: the search's trace after r cells a step (trace.py).
 The stream (data/generated.py) gives each sample its own seeded random generator, so a run resumes exactly.
+`in_grid(G)` places the same mazes (sizes and hardness of the store's canvas) in a larger G x G grid:
+`trmkit adapt` replays a run's own training mazes in the grid of a larger new source (docs/adapt.md).
 A maze the generator cannot reach in its draws gets a relaxed bound (generate.generate_within)
 rather than stopping the run.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -49,6 +53,7 @@ class MazeSampler:
         self.hardness = int(hardness or build.get("min_path") or default_min_path(self.canvas))
         first = min(SMALLEST, self.canvas)
         self.sizes = list(range(first, self.canvas, 2)) + [self.canvas]
+        self.grid = self.canvas  # the grid each maze is placed in (in_grid: a larger one)
         if hardness:
             self._check_reachable()
 
@@ -59,6 +64,14 @@ class MazeSampler:
         except ValueError as err:
             raise ConfigError(f"maze.hardness={self.hardness}: {err}; lower maze.hardness (0: the store's "
                               f"hardness) or train on a larger grid") from None
+
+    def in_grid(self, grid: int) -> "MazeSampler":
+        """This sampler's mazes, each placed at a random spot of a grid x grid canvas of walls."""
+        if grid < self.canvas:
+            raise ValueError(f"a {grid} x {grid} grid cannot hold this sampler's {self.canvas} x {self.canvas} mazes")
+        placed = copy.copy(self)
+        placed.grid = int(grid)
+        return placed
 
     def size_at(self, progress: float) -> int:
         return self.sizes[min(len(self.sizes) - 1, int(progress * len(self.sizes)))]
@@ -72,7 +85,7 @@ class MazeSampler:
                   if self.long_share else "")
         trace = f", labelled with the search's trace at {self.trace} cells per step" if self.trace else ""
         return (f"{n} x {n} mazes (paths >= {self.min_path_at(n)}, {self.easy_share:.0%} easier{longer}) in the "
-                f"{self.canvas} x {self.canvas} grid{trace}")
+                f"{self.grid} x {self.grid} grid{trace}")
 
     def __call__(self, rng: np.random.Generator, progress: float) -> tuple[np.ndarray, np.ndarray]:
         n = self.size_at(progress)
@@ -86,8 +99,8 @@ class MazeSampler:
             question, answer, *_ = generate_within(n, rng, self.loops, hard)
         k = int(rng.integers(8))
         question, answer = dihedral(question, k), dihedral(answer, k)
-        if n < self.canvas:
-            at = tuple(int(v) for v in rng.integers(0, self.canvas - n + 1, 2))
+        if n < self.grid:
+            at = tuple(int(v) for v in rng.integers(0, self.grid - n + 1, 2))
             question, answer = self._place(question, at), self._place(answer, at)
         if self.trace:  # (N_sup, N*N): each supervision step's labels
             steps = trace_labels(question, self.trace, self.trace_steps)
@@ -95,7 +108,7 @@ class MazeSampler:
         return question.reshape(-1), answer.reshape(-1)
 
     def _place(self, grid: np.ndarray, at: tuple[int, int]) -> np.ndarray:
-        canvas = np.full((self.canvas, self.canvas), WALL, dtype=grid.dtype)
+        canvas = np.full((self.grid, self.grid), WALL, dtype=grid.dtype)
         canvas[at[0]:at[0] + grid.shape[0], at[1]:at[1] + grid.shape[1]] = grid
         return canvas
 

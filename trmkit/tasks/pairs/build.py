@@ -22,7 +22,7 @@ from trmkit.data.imports import ImportReport, split_rows
 from trmkit.data.store import SplitArrays, check_new_store, write_store
 from trmkit.tasks.pairs.augment import Augment, copies_of, parse_augment
 from trmkit.tasks.pairs.codec import (MAX_CELLS, Layout, PairError, Value, check_kind, field, make_layout,
-                                      parse_record, read_lines)
+                                      parse_canvas, parse_record, parse_symbols, read_lines)
 
 NAME = "pairs"
 Log = Callable[[str], None]
@@ -75,11 +75,15 @@ def source_lines(pairs: list[tuple[Value, Value]], lines: list[int], layout: Lay
 
 def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float = 0.1, seed: int = 0,
                 blank: str | None = None, max_cells: int = MAX_CELLS, aug: int = 0, transforms: str | None = None,
-                permute: str | None = None, force: bool = False, log: Log = print) -> dict[str, Any]:
+                permute: str | None = None, canvas: str | None = None, symbols: str | None = None,
+                force: bool = False, log: Log = print) -> dict[str, Any]:
     """Build a pairs store at `out_dir` from a JSONL file; returns the counts written.
 
     aug, transforms, permute: augmented copies of each training pair, made only with the named
-    symmetries (augment.py); none by default. force: replace a store already at `out_dir`."""
+    symmetries (augment.py); none by default. canvas ("6x6", or a length for strings) and symbols
+    ("0-6"): a canvas at least as large as the data's and extra vocabulary symbols (codec.make_layout),
+    so that a store of larger puzzles built alike shares the vocabulary and length. force: replace a
+    store already at `out_dir`."""
     start = time.perf_counter()
     check_new_store(out_dir, force)
     report = ImportReport(source=str(source), unit="pairs")
@@ -88,8 +92,10 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
         for line in report.summary_lines():
             log(line)
         raise ValueError(f"{source}: no usable pairs ({report.skipped} skipped); nothing written")
-    layout = make_layout(pairs[0][0].kind, [v for pair in pairs for v in pair])
-    report.notes.append(_layout_note(layout, pairs))
+    kind = pairs[0][0].kind
+    layout = make_layout(kind, [v for pair in pairs for v in pair], parse_canvas(canvas, kind),
+                         parse_symbols(symbols, kind))
+    report.notes.append(_layout_note(layout, pairs, canvas is not None, symbols))
     blank_id = blank_token(layout, blank)
     recorded = source_lines(pairs, lines, layout, report)
     augment = parse_augment(aug, transforms, permute, layout)
@@ -98,7 +104,8 @@ def build_pairs(source: str | Path, out_dir: str | Path, *, test_fraction: float
     for line in report.summary_lines():
         log(line)
     splits = _splits(pairs, layout, test_fraction, seed, augment)
-    settings = {"test_fraction": test_fraction, "seed": seed, "blank": blank, "aug": aug,
+    settings = {"test_fraction": test_fraction, "seed": seed, "blank": blank, "aug": aug, "canvas": canvas,
+                "symbols": symbols,
                 "transforms": list(augment.transforms) if augment else [],
                 "permute": list(augment.permute) if augment else [], "source_lines": recorded}
     write_store(out_dir, splits, _meta(layout, blank_id, report, settings), force=force)
@@ -118,12 +125,14 @@ def _splits(pairs: list[tuple[Value, Value]], layout: Layout, test_fraction: flo
     return splits
 
 
-def _layout_note(layout: Layout, pairs: list[tuple[Value, Value]]) -> str:
+def _layout_note(layout: Layout, pairs: list[tuple[Value, Value]], canvas: bool, symbols: str | None) -> str:
     shapes = {x.shape for x, _ in pairs}
-    where = ("every pair has this shape" if len(shapes) == 1 else
+    where = ("--canvas: the pairs sit at the start, padding around them" if canvas else
+             "every pair has this shape" if len(shapes) == 1 else
              f"the largest of {len(shapes)} shapes; smaller ones sit at the start, padding around them")
+    seen = "seen in the data" + (f" and named by --symbols {symbols}" if symbols else "")
     return (f"canvas {' x '.join(map(str, layout.canvas))} ({where}); vocabulary of {len(layout.vocab) - 1} "
-            f"symbols seen in the data plus {layout.vocab[0]}: {' '.join(layout.vocab[1:21])}"
+            f"symbols {seen} plus {layout.vocab[0]}: {' '.join(layout.vocab[1:21])}"
             + (" ..." if len(layout.vocab) > 21 else ""))
 
 

@@ -166,9 +166,69 @@ class Layout:
         return [[int(s) for s in symbols[r * shape[1]:(r + 1) * shape[1]]] for r in range(shape[0])]
 
 
-def make_layout(kind: str, values: list[Value]) -> Layout:
-    """The canvas that holds every value, and the vocabulary of their symbols."""
-    canvas = tuple(int(n) for n in np.max([v.shape for v in values], axis=0))
-    symbols = set().union(*(v.symbols for v in values))
+def make_layout(kind: str, values: list[Value], canvas: tuple[int, ...] | None = None,
+                extra: tuple[str, ...] = ()) -> Layout:
+    """The canvas that holds every value (or `canvas`, --canvas, at least as large), and the vocabulary of
+    their symbols plus `extra` (--symbols): a store built so shares its vocabulary and sequence length with
+    one of larger puzzles, as `trmkit adapt` asks (docs/adapt.md, Another size)."""
+    needed = tuple(int(n) for n in np.max([v.shape for v in values], axis=0))
+    if canvas is not None:
+        if len(canvas) != len(needed) or any(c < n for c, n in zip(canvas, needed)):
+            raise ValueError(f"--canvas {'x'.join(map(str, canvas))} is smaller than the data's "
+                             f"{'x'.join(map(str, needed))} (the largest {kind} in the file): give at least that")
+        needed = tuple(canvas)
+    symbols = set().union(*(v.symbols for v in values), extra)
     order = (lambda s: int(s)) if kind == "grid" else (lambda s: s)  # noqa: E731
-    return Layout(kind, canvas, (PAD, *sorted(symbols, key=order)))
+    return Layout(kind, needed, (PAD, *sorted(symbols, key=order)))
+
+
+def parse_canvas(text: str | None, kind: str) -> tuple[int, ...] | None:
+    """--canvas: "ROWSxCOLUMNS" for grids, "LENGTH" for strings (None: the data's largest shape)."""
+    if text is None:
+        return None
+    parts = text.lower().replace(" ", "").split("x")
+    want = 2 if kind == "grid" else 1
+    if len(parts) != want or not all(p.isdigit() and int(p) > 0 for p in parts):
+        form = "ROWSxCOLUMNS, e.g. 6x6" if kind == "grid" else "LENGTH, e.g. 64"
+        raise ValueError(f"--canvas {text!r}: this file holds {kind}s, give {form}")
+    canvas = tuple(int(p) for p in parts)
+    if int(np.prod(canvas)) > MAX_CELLS:
+        raise ValueError(f"--canvas {text}: {int(np.prod(canvas))} cells, at most {MAX_CELLS}")
+    return canvas
+
+
+def parse_symbols(text: str | None, kind: str) -> tuple[str, ...]:
+    """--symbols: extra vocabulary symbols, comma-separated; "A-B" is a range (integers for grids, single
+    characters for strings), e.g. 0-6 or a-z,0-9."""
+    if not text:
+        return ()
+    out: list[str] = []
+    for item in text.split(","):
+        low, dash, high = item.partition("-")
+        if dash and low and high:
+            out += _symbol_range(low, high, kind, text)
+        else:
+            out.append(_symbol(item, kind, text))
+    return tuple(dict.fromkeys(out))
+
+
+def _symbol_range(low: str, high: str, kind: str, text: str) -> list[str]:
+    if kind == "grid":
+        a, b = int(_symbol(low, kind, text)), int(_symbol(high, kind, text))
+    else:
+        a, b = ord(_symbol(low, kind, text)), ord(_symbol(high, kind, text))
+    if a > b:
+        raise ValueError(f"--symbols {text!r}: the range {low}-{high} runs backwards")
+    return [str(v) for v in range(a, b + 1)] if kind == "grid" else [chr(v) for v in range(a, b + 1)]
+
+
+def _symbol(symbol: str, kind: str, text: str) -> str:
+    """One symbol as the store spells it (a grid's integer without leading zeros), or a clear error."""
+    if kind == "grid":
+        if not (symbol.isdigit() and 0 <= int(symbol) <= MAX_VALUE):
+            raise ValueError(f"--symbols {text!r}: {symbol!r} is no grid cell; grid symbols are integers "
+                             f"0..{MAX_VALUE} (a range: 0-6)")
+        return str(int(symbol))
+    if len(symbol) != 1:
+        raise ValueError(f"--symbols {text!r}: {symbol!r} is not one character; a string's symbols are characters")
+    return symbol

@@ -39,20 +39,26 @@ class PairsOptions(BuildOptions):
     permute: str | None = option(None, "with --aug: symbols that may be relabelled among themselves, e.g. "
                                        "1,2,3,4,5,6 for a Sudoku's digits (one random relabelling per copy, the "
                                        "same in input and output)", metavar="SYMBOLS")
+    canvas: str | None = option(None, "the canvas every pair sits on, at least the data's largest: ROWSxCOLUMNS "
+                                      "for grids (e.g. 6x6), LENGTH for strings; with --symbols a store of 4 x 4 "
+                                      "puzzles shares the vocabulary and length of 6 x 6 ones (trmkit adapt)",
+                                metavar="RxC")
+    symbols: str | None = option(None, "extra vocabulary symbols beyond those in the file, comma-separated, A-B "
+                                       "a range (e.g. 0-6; for strings a-z)", metavar="LIST")
     max_cells: int = option(MAX_CELLS, "longest pair kept (grid cells or characters); longer lines are reported "
                                        "and skipped")
 
 
 def run_build(opts: PairsOptions, log: Log = print) -> dict[str, Any]:
     if source_format(opts.source, opts.format, log) == "trm-reference":
-        if opts.aug or opts.transforms or opts.permute:
-            raise ValueError("--aug, --transforms and --permute apply to JSONL pairs; a TRM reference folder is "
-                             "imported as its builder augmented it")
+        if opts.aug or opts.transforms or opts.permute or opts.canvas or opts.symbols:
+            raise ValueError("--aug, --transforms, --permute, --canvas and --symbols apply to JSONL pairs; a TRM "
+                             "reference folder is imported as its builder augmented it")
         return write_reference(opts.source, opts.out, lambda layout: blank_token(layout, opts.blank), log,
                                force=opts.force)
     return build_pairs(opts.source, opts.out, test_fraction=opts.test_fraction, seed=opts.seed, blank=opts.blank,
                        max_cells=opts.max_cells, aug=opts.aug, transforms=opts.transforms, permute=opts.permute,
-                       force=opts.force, log=log)
+                       canvas=opts.canvas, symbols=opts.symbols, force=opts.force, log=log)
 
 
 def source_format(source: str, chosen: str, log: Log) -> str:
