@@ -52,6 +52,13 @@ def test_the_guard_trusts_em_unless_the_labels_show_past_their_noise_that_it_mis
     assert left.metrics()["few_labels/unlabelled_weight"] in (-1.0, 1.0, 0.3, 0.0)
 
 
+def test_one_label_per_class_keeps_the_default_and_says_why():
+    """--keep-labels 1: no fold can be left out (a fit on nothing crashed the LR candidate's L-BFGS)."""
+    one = _choose(3, 1, topic_is_class=True)
+    assert (one.method, one.unlabelled_weight, one.scores) == ("em", guard.DEFAULT, {})
+    assert "nothing to cross-fit" in one.reason and "--keep-labels 2" in one.reason
+
+
 def test_sign_test_is_the_exact_binomial_tail():
     right = torch.tensor([True] * 7 + [False] * 3)
     default = torch.tensor([False] * 7 + [True] * 3)
@@ -114,6 +121,9 @@ def test_the_choice_reads_no_test_label_and_is_printed_and_kept(stores, capsys, 
     assert f"rival_macro_f1 {rival:.3f}" in [line for line in out.splitlines() if line.startswith("final: ")][0]
     saved = json.loads((tmp / "run-store" / "classification.json").read_text())["summary"]["few_labels"]
     assert saved["guard"]["reason"] in said[0] and saved["rival_macro_f1"] == rival
+    assert cli.main(["eval", str(tmp / "run-store")]) == 0  # stdout: the JSON result alone, the rival's line apart
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rival_macro_f1"] == rival and "few labels: test macro-F1" in captured.err
 
 
 def test_a_model_below_the_rival_is_warned_about_in_training_and_by_the_baseline(stores, monkeypatch):

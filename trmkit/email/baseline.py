@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trmkit.email.prepare import message_text  # noqa: F401 (the text both sides read)
+from trmkit.email.prepare import message_text  # the text both sides read
 from trmkit.tasks.classify.metrics import bootstrap_ci, summary_metrics
 
 SETTINGS = {"ngram_range": (1, 2), "sublinear_tf": True, "min_df": 2, "lowercase": True,

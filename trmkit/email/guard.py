@@ -30,6 +30,7 @@ test or validation label (tests/email/test_fewlabels_guard.py scrambles the test
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,6 +98,13 @@ def choose(x_l: torch.Tensor, y_l: torch.Tensor, x_u: nb_em.Rows, x_l_idf: torch
     rows x_u, and x_l_idf (the labelled rows' idf features, what `fit_lr` reads). Printed with its reason."""
     start = time.perf_counter()
     folds = _folds(y_l)
+    if len(np.unique(folds)) < 2:  # one label per class: no fit could leave a fold out
+        choice = Choice(method="em", unlabelled_weight=float(DEFAULT), scores={}, p_values={}, labels=len(y_l))
+        choice.reason = (f"{candidate_name(DEFAULT)} (the default, unchecked) -- {len(y_l)} labels, one per class: "
+                         "nothing to cross-fit the candidates on; give --keep-labels 2 or more for the guard to "
+                         "compare")
+        log(f"few labels: {choice.reason}")
+        return choice
     held = {c: _cross_fitted(c, x_l, y_l, x_u, x_l_idf, classes, vocab, fit_lr, folds)
             for c in (*EM_WEIGHTS, LR)}
     scores = {candidate_name(c): _macro_f1(y_l, p, classes) for c, p in held.items()}
@@ -186,14 +194,19 @@ def recalled(store: str) -> Choice | None:
     return _CHOICES.get(store)
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class FewLabelScorer(ClassifyScorer):
     """The e-mail classifier's scorer (tasks/classify/scorer.py); on the test split of a store built with
     --keep-labels it also names the rival: TF-IDF + LR fitted on the same labels, as `trmkit email baseline`
     fits it, scored on the same messages (final metrics rival_macro_f1 and vs_rival, printed at every
     evaluation, with a WARNING when the model is more than baseline.BELOW_BY below it), and the guard's
-    choice (few_labels/...): in summary.json, and in classification.json under "summary" -> "few_labels"."""
+    choice (few_labels/...): in summary.json, and in classification.json under "summary" -> "few_labels".
+    The line goes to stderr by default: `trmkit eval`'s stdout carries its JSON result alone."""
 
-    def __init__(self, split, class_names: list[str] | None = None, log: Log = print) -> None:
+    def __init__(self, split, class_names: list[str] | None = None, log: Log = _to_stderr) -> None:
         from trmkit.email.fewlabels import UNLABELLED
 
         super().__init__(split, class_names)
