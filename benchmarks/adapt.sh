@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 73's tables: `trmkit adapt` learns a new source from a checker, measured one-shot before and after.
 #
-#   bash benchmarks/adapt.sh                       # every arm at the issue's sizes (hours on 2 cores)
+#   bash benchmarks/adapt.sh                       # every arm at the full sizes (hours on 2 cores)
 #   ARMS=latin OUT=/tmp/adapt bash benchmarks/adapt.sh
 #   ARMS=maze MAZE_RUN=runs/maze-trace MAZE_SIZE=45 MAZE_ADAPT_MIN=25 bash benchmarks/adapt.sh
 #
@@ -160,7 +160,7 @@ maze_arm() {
 valid_path_accuracy), after $(metric "$lg/maze-after-30.log" valid_path_accuracy)"
 }
 
-# ============================================================ arm: controls (H73d's section: TR-RPG and the controls)
+# ============================================================ arm: controls (TR-RPG and the controls)
 # On the latin arm's setting (its data and base run, made first when absent), at the same minutes as its adapt
 # run, so every arm spends equal CPU time (the rounds' solving and scoring count in --minutes): the TR-RPG arm
 # (--objective tr-rpg: policy gradient from the checker's verdict, KL to the base run), and two controls, each
@@ -190,7 +190,7 @@ exact_accuracy); before $(metric "$lg/latin-before.log" exact_accuracy)"
 "$R/latin4-tr-rpg" 0) -> $(heldout_one_shot "$R/latin4-tr-rpg" -1), vote $(heldout_one_shot "$R/latin4-vote" -1), \
 continue $(heldout_one_shot "$R/latin4-continue" -1)"
 }
-# ============================================================ end of H73d's section
+# ============================================================ end of the controls
 
 for arm in ${ARMS//,/ }; do
   "${arm}_arm"

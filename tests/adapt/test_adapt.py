@@ -22,16 +22,9 @@ from trmkit.cli import main
 from trmkit.config import ConfigError
 from trmkit.monitor.loggers import read_metrics
 from trmkit.tasks.base import Checking
-from trmkit.tasks.sudoku.build import build_sudoku
 from trmkit.train.checkpoint.store import list_checkpoints
 from trmkit.train.run import run
 
-CONFIG = """
-run: {seed: 3, threads: 1, dtype: float32, compile: "off", grad_checkpointing: "off"}
-model: {hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 1, L_cycles: 1, halt_max_steps: 2, puzzle_emb_len: 2}
-train: {batch_size: 8, max_steps: 4, lr: 3e-3, warmup_steps: 1, ema_decay: 0.9, checkpoint_every: 0,
-        checkpoint_minutes: 0, log_every: 1, micro_batch: 8, eval_every: 0}
-"""
 SMALL = ["adapt.round_steps=2", "adapt.rounds=2", "adapt.trajectories=2", "adapt.steps=2", "adapt.heldout=0.25"]
 
 
@@ -52,21 +45,6 @@ def accept_some(meta, spec):
 def plugins(checker):
     return Plugins(lambda name: dataclasses.replace(registry.get(name), checker=checker), registry.SECTIONS,
                    task_hooks)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A finished tiny Sudoku run and a new source (other puzzles, more givens)."""
-    root = tmp_path_factory.mktemp("adapt")
-    build_sudoku("generate", root / "orig", num_generate=16, givens="40-45", test_fraction=0.25, aug=1, seed=5,
-                 log=lambda m: None)
-    build_sudoku("generate", root / "new", num_generate=12, givens="50-55", test_fraction=0.25, aug=1, seed=9,
-                 log=lambda m: None)
-    (root / "cfg.yaml").write_text(CONFIG)
-    cfg = config_mod.load(root / "cfg.yaml", [f"data.path={root / 'orig'}", f"run.dir={root / 'run'}"],
-                          registry.SECTIONS)
-    run(cfg, hardware.probe(), log=lambda m: None, **task_hooks(cfg))
-    return root
 
 
 def adapted(base: Path, source: Path, out: Path, checker, *extra: str, said: list | None = None) -> dict:
@@ -180,6 +158,8 @@ def test_train_resume_on_an_adaptation_names_the_command_that_continues_it(base,
     code = main(["train", "--resume", str(tmp_path / "a")])
     err = capsys.readouterr().err
     assert code != 0 and f"trmkit adapt --resume {tmp_path / 'a'}" in err and "Traceback" not in err
+    code = main(["adapt", "--resume", str(tmp_path / "a"), "--minutes", "3", "--checker", "x.py:f"])
+    assert code == 2 and "drop --minutes, --checker" in capsys.readouterr().err
 
 
 def test_a_pairs_source_is_learned_from_the_user_s_checker_not_from_its_outputs(tmp_path):

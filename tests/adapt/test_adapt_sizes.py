@@ -7,16 +7,16 @@ Tiny sizes, bounded by steps: a conv model of 2.6k parameters trained 4 steps on
 on 11 x 11 ones.
 """
 
-import dataclasses
 import json
 import sys
 
 import numpy as np
 import pytest
 
+from tests.adapt.test_adapt import SMALL, accept_all, plugins
 from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
-from trmkit.adapt.command import Plugins, adapt, new_config
+from trmkit.adapt.command import adapt, new_config
 from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream
 from trmkit.api import task_hooks
 from trmkit.config import ConfigError
@@ -24,7 +24,6 @@ from trmkit.data.generated import GeneratedStream
 from trmkit.data.store import read_meta
 from trmkit.monitor.loggers import read_metrics
 from trmkit.tasks import maze
-from trmkit.tasks.base import Checking
 from trmkit.tasks.maze.sampler import maze_sampler
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.train.run import run
@@ -43,18 +42,6 @@ model: {mixer: attention, hidden_size: 16, num_heads: 2, L_layers: 1, H_cycles: 
         puzzle_emb_len: 1}
 train: {batch_size: 4, max_steps: 1, warmup_steps: 1, checkpoint_minutes: 0, checkpoint_every: 0, eval_every: 0}
 """
-SMALL = ["adapt.round_steps=2", "adapt.rounds=2", "adapt.trajectories=2", "adapt.steps=2", "adapt.heldout=0.25"]
-
-
-def accept_all(meta, spec):
-    return Checking(check=lambda x, a: np.ones(len(x), bool), describe="stand-in: accepts every answer")
-
-
-def plugins(checker):
-    return Plugins(lambda name: dataclasses.replace(registry.get(name), checker=checker), registry.SECTIONS,
-                   task_hooks)
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """A finished conv maze run on 7 x 7 (generated samples, trace labels) and 11 x 11 / 7 x 7 new sources."""

@@ -13,18 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.adapt.test_adapt import CONFIG, SMALL, accept_some, plugins, reject_all, rounds, same_weights, weights
+from tests.adapt.test_adapt import SMALL, accept_some, plugins, reject_all, rounds, same_weights, weights
+from tests.adapt.test_adapt import adapted as adapted_from
 from trmkit import config as config_mod
-from trmkit import hardware, registry, rundir
+from trmkit import registry, rundir
 from trmkit.adapt.command import adapt, new_config
-from trmkit.api import task_hooks
 from trmkit.cli import main
 from trmkit.config import ConfigError
 from trmkit.monitor.loggers import read_metrics
 from trmkit.tasks.base import Checking
-from trmkit.tasks.sudoku.build import build_sudoku
 from trmkit.train.checkpoint.store import list_checkpoints
-from trmkit.train.run import run
 
 RPG = ["adapt.objective=tr-rpg", "adapt.rpg_problems=4", "adapt.trajectories=4"]
 OFF = ["adapt.kl_coef=0", "adapt.rpg_replay=0", "adapt.rpg_beta=0"]  # no term but the policy gradient
@@ -41,25 +39,8 @@ def refuses_to_be_asked(meta, spec):
     return Checking(check=check, describe="stand-in: raises when called")
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adapt_arms")
-    build_sudoku("generate", root / "orig", num_generate=16, givens="40-45", test_fraction=0.25, aug=1, seed=5,
-                 log=lambda m: None)
-    build_sudoku("generate", root / "new", num_generate=12, givens="50-55", test_fraction=0.25, aug=1, seed=9,
-                 log=lambda m: None)
-    (root / "cfg.yaml").write_text(CONFIG)
-    cfg = config_mod.load(root / "cfg.yaml", [f"data.path={root / 'orig'}", f"run.dir={root / 'run'}"],
-                          registry.SECTIONS)
-    run(cfg, hardware.probe(), log=lambda m: None, **task_hooks(cfg))
-    return root
-
-
 def adapted(base: Path, out: Path, checker, *extra: str, said: list | None = None) -> dict:
-    p = plugins(checker)
-    log = said.append if said is not None else (lambda m: None)
-    cfg = new_config(base / "run", base / "new", p, overrides=[*SMALL, *extra], out=str(out), log=log)
-    return adapt(cfg, p, log=log)
+    return adapted_from(base, base / "new", out, checker, *extra, said=said)
 
 
 def steps_logged(run_dir: Path) -> list[dict]:

@@ -45,9 +45,12 @@ class Plugins:
 def run(args: argparse.Namespace, cache_dir: Path, plugins: Plugins) -> int:
     """The command: a fresh adaptation or a resumed one; the exit code."""
     if args.resume:
-        if args.run_dir or args.data:
-            raise ConfigError(f"--resume {args.resume} continues that adaptation with its own RUN and --data: "
-                              "give neither")
+        given = [f"--{k}" for k in ("minutes", "out", "checker", "heldout", "objective", "keep")
+                 if getattr(args, k) is not None]
+        given += (["RUN"] if args.run_dir else []) + (["--data"] if args.data else [])
+        if given:
+            raise ConfigError(f"--resume {args.resume} continues that adaptation with its own settings: drop "
+                              f"{', '.join(given)} (a setting can change as an override, e.g. adapt.round_steps=100)")
         cfg = _resumed_config(Path(args.resume), list(args.overrides), plugins)
     else:
         if not args.run_dir or not args.data:
@@ -75,9 +78,12 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
     if not out:
         log(f"adapt: --out {out_dir} (the default: RUN-adapted)")
     mine = [f"{SECTION}.source={data.resolve()}", f"{SECTION}.base_run={run_dir.resolve()}"]
+    checker = _absolute_checker(checker)
     mine += [f"{SECTION}.{k}={v}" for k, v in (("checker", checker), ("heldout", heldout), ("objective", objective),
                                                        ("keep", keep)) if v is not None]
     extra = list(overrides or [])
+    if not any(o.startswith(("train.restore_best=", "train.early_stop_evals=")) for o in extra):
+        extra = ["train.restore_best=false", "train.early_stop_evals=0", *extra]  # they would judge by the old source
     steps = [] if any(o.startswith("train.max_steps=") for o in extra) else ["train.max_steps=1"]  # set below
     timed = ([f"train.max_minutes={minutes:g}", "train.fit_to_time=true"] if minutes is not None
              else ["train.max_minutes=0", "train.fit_to_time=false"])
@@ -92,6 +98,14 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
         log(f"adapt: train.max_steps={cfg.train.max_steps} (adapt.rounds={acfg.rounds} x adapt.round_steps="
             f"{acfg.round_steps}" + (f"; --minutes {minutes:g} fits it to the time)" if minutes else ")"))
     return cfg
+
+
+def _absolute_checker(spec: str | None) -> str | None:
+    """FILE.py:FUNCTION with FILE made absolute, so that a resume from another directory finds it."""
+    if not spec or ":" not in spec:
+        return spec
+    file, function = spec.rsplit(":", 1)
+    return f"{Path(file).expanduser().resolve()}:{function}"
 
 
 def _resumed_config(run_dir: Path, overrides: list[str], plugins: Plugins) -> Config:

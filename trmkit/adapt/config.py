@@ -96,7 +96,7 @@ def without_adapt(cfg: Config) -> Config:
 
 
 def describe_arm(acfg: AdaptConfig) -> str:
-    """One line for the start of a run: which arm of issue 73's comparison this is, and why a control is one."""
+    """One line for the start of a run: which arm of the comparison this is, and why a control is one."""
     if acfg.objective == "continue":
         return ("adapt: arm continue (a control): the steps train on the original training set only, nothing of "
                 "the new source; at equal CPU time it shows what more training alone gives (the held-out part of "

@@ -4,9 +4,9 @@ Each new sample of a step is, with probability adapt.replay_share (or always whi
 the next sample of the original run's own stream (its store, curriculum or generator: replayed so that
 old skill is kept); otherwise a kept answer of the new source, drawn uniformly with replacement, under one
 of the task's symmetric variants (adapt.augment of them; the same augmentation `eval --vote` undoes). The
-i-th sample's draws come from default_rng([seed, i]), so the stream's whole state is the next index, the
-kept answers and the original stream's own position: a checkpoint holds them (train/state.py saves the
-stream's state_dict) and a resumed run goes on exactly.
+i-th sample's draws come from default_rng([seed, MIX, i]), so the stream's whole state is the next index, the
+kept answers, the counts served of each kind and the original stream's own position: a checkpoint holds
+them (train/state.py saves the stream's state_dict) and a resumed run goes on exactly.
 
 A trace run (data.trace: labels (N_sup, L) per sample) trains its kept answers as the final answer at the
 last supervision step only, the earlier steps unlabelled (0, ignored), without a search's trace (the checker's
@@ -45,7 +45,7 @@ class MixedStream:
         self.kept: dict[int, np.ndarray] = {}  # problem -> its label (L,)
         self._order: list[int] = []  # the kept problems, sorted: what a draw indexes
         self._next = 0
-        self.replayed = self.adapted = 0  # samples served of each kind in this process (for the log)
+        self.replayed = self.adapted = 0  # samples served of each kind (adapt/replay_share), kept in checkpoints
 
     def keep(self, labels: Mapping[int, np.ndarray]) -> None:
         """Add accepted answers (problem -> label); a problem kept before keeps its first answer."""
@@ -85,8 +85,8 @@ class MixedStream:
         return x[0], y[0], int(self.puzzle_ids[p])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"base": self.base.state_dict(), "adapt_next": self._next,
-                "kept": {str(p): self.kept[p].tolist() for p in self._order}}
+        return {"base": self.base.state_dict(), "adapt_next": self._next, "replayed": self.replayed,
+                "adapted": self.adapted, "kept": {str(p): self.kept[p].tolist() for p in self._order}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if "adapt_next" not in state:
@@ -94,6 +94,7 @@ class MixedStream:
                              "the command that made it (trmkit train --resume)")
         self.base.load_state_dict(state["base"])
         self._next = int(state["adapt_next"])
+        self.replayed, self.adapted = int(state.get("replayed", 0)), int(state.get("adapted", 0))
         self.kept = {}
         self.keep({int(p): np.asarray(y, np.int64) for p, y in state["kept"].items()})
 

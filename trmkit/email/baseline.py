@@ -150,7 +150,7 @@ def _rival(data: str, classes: tuple[str, ...], split: str, stamps: tuple[int, .
 RIVAL_NAMES = {"baseline": "TF-IDF + LR", "baseline_balanced": "TF-IDF + LR balanced"}
 
 
-BELOW_BY = 0.01  # a few-label model further than this below its rival gets a warning (issue 74's bar)
+BELOW_BY = 0.01  # a few-label model further than this below its rival gets a warning
 
 
 def rival_line(model: float, rival: float, name: str, labels: int | None) -> str:

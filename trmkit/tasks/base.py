@@ -42,7 +42,7 @@ VariantsFactory = Callable[[StoreMeta, int], Variants]  # (store meta, count) ->
 
 @dataclass(frozen=True)
 class Checking:
-    """What accepts an answer to a problem without its label (issue 73): the adapt rounds keep only what it
+    """What accepts an answer to a problem without its label (`trmkit adapt`): the adapt rounds keep only what it
     accepts. Answers are token rows as the store's labels would hold them (a trace run's answers after its
     trace tokens were folded back into the answer tokens); inputs are the store's input rows."""
 

@@ -1,4 +1,4 @@
-"""A user's own checker, `--checker file.py:function`, run in a process of its own (issue 73).
+"""A user's own checker, `--checker file.py:function`, run in a process of its own (`trmkit adapt`).
 
 The function is called as `function(input, output) -> bool` on one puzzle at a time. It runs in a
 child process, loaded there from its file by path, so that
