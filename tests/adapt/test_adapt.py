@@ -72,6 +72,16 @@ def rounds(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(rundir.path(run_dir, rundir.METRICS)) if "adapt/round" in r]
 
 
+def cut_back(whole: Path, cut: Path, step: int) -> None:
+    """A copy of the run in whole as if killed -9 right after its checkpoint of `step`."""
+    shutil.copytree(whole, cut)
+    for ckpt in list_checkpoints(cut):
+        if int(ckpt.name.rsplit("-", 1)[-1]) > step:
+            shutil.rmtree(ckpt)
+    for name in (rundir.SUMMARY, rundir.WEIGHTS):
+        rundir.path(cut, name).unlink()
+
+
 def test_labels_of_the_new_source_are_never_read(base, tmp_path):
     scrambled = tmp_path / "scrambled"
     shutil.copytree(base / "new", scrambled)
@@ -101,12 +111,7 @@ def test_an_adaptation_resumes_exactly_after_a_kill(base, tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     adapted(base, base / "new", whole, accept_some, "train.checkpoint_every=1", "train.keep_checkpoints=10",
             "adapt.rounds=3")
-    shutil.copytree(whole, cut)  # as if killed -9 right after the checkpoint of step 3
-    for ckpt in list_checkpoints(cut):
-        if int(ckpt.name.rsplit("-", 1)[-1]) > 3:
-            shutil.rmtree(ckpt)
-    for name in (rundir.SUMMARY, rundir.WEIGHTS):
-        rundir.path(cut, name).unlink()
+    cut_back(whole, cut, 3)
     p = plugins(accept_some)
     cfg = config_mod.load(rundir.path(cut, rundir.CONFIG), [f"run.dir={cut}"], registry.SECTIONS)
     assert adapt(cfg, p, resume=True, log=lambda m: None)["steps"] == 6

@@ -7,13 +7,12 @@ adapted on 12 others with stand-in checkers that read only inputs and answers.
 """
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.adapt.test_adapt import SMALL, accept_some, plugins, reject_all, rounds, same_weights, weights
+from tests.adapt.test_adapt import SMALL, accept_some, cut_back, plugins, reject_all, rounds, same_weights, weights
 from tests.adapt.test_adapt import adapted as adapted_from
 from trmkit import config as config_mod
 from trmkit import registry, rundir
@@ -22,7 +21,6 @@ from trmkit.cli import main
 from trmkit.config import ConfigError
 from trmkit.monitor.loggers import read_metrics
 from trmkit.tasks.base import Checking
-from trmkit.train.checkpoint.store import list_checkpoints
 
 RPG = ["adapt.objective=tr-rpg", "adapt.rpg_problems=4", "adapt.trajectories=4"]
 OFF = ["adapt.kl_coef=0", "adapt.rpg_replay=0", "adapt.rpg_beta=0"]  # no term but the policy gradient
@@ -79,12 +77,7 @@ def test_tr_rpg_resumes_exactly_after_a_kill(base, tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     adapted(base, whole, accept_half_cells, *RPG, "adapt.kl_coef=0.1", "train.checkpoint_every=1",
             "train.keep_checkpoints=10", "adapt.rounds=3")
-    shutil.copytree(whole, cut)  # as if killed -9 right after the checkpoint of step 3
-    for ckpt in list_checkpoints(cut):
-        if int(ckpt.name.rsplit("-", 1)[-1]) > 3:
-            shutil.rmtree(ckpt)
-    for name in (rundir.SUMMARY, rundir.WEIGHTS):
-        rundir.path(cut, name).unlink()
+    cut_back(whole, cut, 3)
     cfg = config_mod.load(rundir.path(cut, rundir.CONFIG), [f"run.dir={cut}"], registry.SECTIONS)
     assert adapt(cfg, plugins(accept_half_cells), resume=True, log=lambda m: None)["steps"] == 6
     assert same_weights(weights(cut), weights(whole))

@@ -140,7 +140,7 @@ def _adapts(run_dir: str | Path) -> bool:
     """Whether the run in run_dir is an adaptation (`trmkit adapt`): its config names a new source."""
     try:
         cfg = yaml.safe_load(rundir.path(run_dir, rundir.CONFIG).read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # not readable: the command's own loading says which file
         return False
     section = cfg.get("adapt") if isinstance(cfg, dict) else None
     return isinstance(section, dict) and bool(section.get("source"))
