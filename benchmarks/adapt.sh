@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 73's tables: `trmkit adapt` learns a new source from a checker, measured one-shot before and after.
+# The tables of docs/adapt.md: `trmkit adapt` learns a new source from a checker, measured one-shot before and after.
 #
 #   bash benchmarks/adapt.sh                       # every arm at the full sizes (hours on 2 cores)
 #   ARMS=latin OUT=/tmp/adapt bash benchmarks/adapt.sh
