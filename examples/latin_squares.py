@@ -1,4 +1,5 @@
-"""Write Latin-square completion puzzles as JSONL for `trmkit data pairs` (issue 73's own-puzzle case).
+"""Write Latin-square completion puzzles as JSONL for `trmkit data pairs` (your own puzzle, adapted to a larger
+size in docs/adapt.md).
 
     python examples/latin_squares.py --size 4 --num 2000 --blanks 8 --seed 0 --out data/latin4.jsonl
     python examples/latin_squares.py --size 6 --num 200 --blanks 18 --seed 1 --inputs-only --out data/latin6.jsonl

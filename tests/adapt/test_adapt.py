@@ -1,4 +1,4 @@
-"""`trmkit adapt` (issue 73): labels of the new source are never read, a checker that rejects everything trains
+"""`trmkit adapt`: labels of the new source are never read, a checker that rejects everything trains
 nothing, an adaptation resumes exactly, a task without a checker is refused, the rounds are logged.
 
 Tiny sizes, bounded by steps: a 76k-parameter model trained 4 steps on 16 generated Sudoku, adapted on 12 others.

@@ -1,4 +1,4 @@
-"""`trmkit adapt` across sizes (issue 73): a conv maze run adapts to a larger grid (its replayed mazes placed in
+"""`trmkit adapt` across sizes: a conv maze run adapts to a larger grid (its replayed mazes placed in
 that grid, one length per batch, its own held-out split still scored at its size); a model with learned
 positions or a store-fed run is refused by name; `trmkit data pairs --canvas/--symbols` builds a small puzzle's
 store with a larger one's vocabulary and length, refusing a canvas smaller than the data.

@@ -1,4 +1,4 @@
-"""`trmkit adapt`'s other arms (issue 73, items 4 and 5): the TR-RPG arm runs on the one trainer and logs its
+"""`trmkit adapt`'s other arms: the TR-RPG arm runs on the one trainer and logs its
 rounds, gets no policy gradient from a checker that rejects everything, resumes exactly; the vote control never
 asks the checker; the continue control trains on the original source only.
 

@@ -1,5 +1,5 @@
 """The few-label guard (email/guard.py): its choice from the K labels alone, printed and kept in the run's
-summary, and the rival named beside the model after a few-label run (issue 74)."""
+summary, and the rival named beside the model after a few-label run."""
 
 import json
 import shutil

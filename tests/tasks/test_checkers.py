@@ -1,4 +1,4 @@
-"""Checkers on the task seam (issue 73): each accepts an answer without its label.
+"""Checkers on the task seam (`trmkit adapt` keeps what they accept): each accepts an answer without its label.
 
 Sudoku (rules, givens kept), maze (a simple path of open cells from S to G, the shorter preferred, the path
 as the training label) and a user's own function for pairs stores (run in its own process, its errors

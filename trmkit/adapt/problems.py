@@ -1,7 +1,8 @@
 """The new source's problems: the inputs of a store, never its labels, split into an adapt and a held-out part.
 
 A store built by `trmkit data TASK` from the new source may hold labels (a collection that ships its
-solutions, or placeholders); `trmkit adapt` must learn without them, so this module opens only meta.json,
+solutions, or a copy of the inputs where the source has none: `trmkit data pairs` needs an output on every
+line); `trmkit adapt` must learn without them, so this module opens only meta.json,
 inputs.npy and the index arrays of each split, and never the labels array (tests/adapt scramble it). One
 problem per group: the group's first example, the puzzle as the source gave it (its augmentations are
 the builder's, not new problems).
