@@ -21,7 +21,6 @@ import torch
 from trmkit import rundir
 from trmkit.data.store import open_split
 from trmkit.email import input_linear
-from trmkit.names import current_names
 from trmkit.tasks.classify.metrics import bootstrap_ci, summary_metrics
 
 
@@ -32,10 +31,8 @@ def linear_alone(data: Path, run: Path) -> tuple[np.ndarray, np.ndarray, list[st
     """Test labels and the run's fitted linear model's test predictions (store row order), and the classes:
     the bag part's linear buffers in the run's final weights (the fit it started from, whatever features and C
     it chose), read alone."""
-    from safetensors.torch import load_file
-
     train, test = open_split(data / "train"), open_split(data / "test")
-    tensors = current_names(load_file(str(rundir.path(run, rundir.WEIGHTS))))  # runs from before: current names
+    tensors = rundir.read_weights(rundir.path(run, rundir.WEIGHTS))  # under current names, runs from before too
     buffers = {name[len(PART):]: t for name, t in tensors.items() if name.startswith(PART)}
     if "linear_weight" not in buffers:
         raise SystemExit(f"{run}: its weights hold no fitted bag model (train with email.input_linear=true)")

@@ -23,7 +23,7 @@ from typing import Any, Mapping, TypeVar
 
 import yaml
 
-from trmkit.names import MOVED, current_names, with_current_keys
+from trmkit.names import MOVED, with_current_keys
 
 
 class ConfigError(ValueError):
@@ -373,7 +373,7 @@ def _build(cls: type[T], name: str, values: Mapping[str, Any], where: str, apps:
     """One section's dataclass from its mapping: types coerced, unknown keys named, checks in __post_init__."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     kwargs = {}
-    for key, value in (current_names(values) if name == "model" else values).items():
+    for key, value in values.items():  # with_current_keys renamed the old keys before
         if key not in defaults:
             raise _unknown_key(f"{name}.{key}", where, apps)
         kwargs[key] = _coerce(value, defaults[key], f"{name}.{key}")

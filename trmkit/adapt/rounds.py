@@ -112,7 +112,7 @@ class Rounds(Hooks):
     def _round(self, s: Session, number: int, solve: bool = True) -> None:
         src, t0 = self.source, time.perf_counter()
         tries = solve and self.acfg.objective != "continue"  # the control trains on the original source only
-        tried, new = self._tries(number) if tries else (np.zeros(0, np.int64), {})
+        tried, new = (self._tries(number) if tries else np.zeros(0, np.int64)), {}
         if len(tried):
             share = self.acfg.vote_share if self.acfg.keep == "vote" else 0.0
             new = solve_round(s, self.solver, src.checking, src.problems.inputs, src.problems.puzzle_ids, tried,
@@ -133,14 +133,14 @@ class Rounds(Hooks):
         self.rounds_done = number + solve
         self._say(s, record, solve)
 
-    def _tries(self, number: int) -> tuple[np.ndarray, dict]:
+    def _tries(self, number: int) -> np.ndarray:
         """The unsolved adapt problems this round tries: all, or adapt.solve_limit of them, a window that moves
         on from round to round."""
         unsolved = np.array([p for p in self.source.adapt if int(p) not in self.stream.kept], dtype=np.int64)
         limit = self.acfg.solve_limit
         if limit and len(unsolved) > limit:
             unsolved = np.roll(unsolved, -(number * limit) % len(unsolved))[:limit]
-        return unsolved, {}
+        return unsolved
 
     def _replay_share(self) -> float:
         """The share of samples replayed from the original training set so far (the configured share once any

@@ -157,16 +157,13 @@ def one_shot(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_id
              index: np.ndarray) -> float:
     """The share of problems `index` whose one-shot answer the checker accepts: the problem itself, no noise,
     at K (or thinking until stable with adapt.steps=auto), the EMA weights."""
-    one = Solver([select_mod.Trajectory(0, False)], solver.k, None, None, solver.batch)
+    one = (Solver([select_mod.Trajectory(0, False)], solver.k, None, None, solver.batch) if solver.auto is None
+           else Solver([], 0, None, solver.auto, solver.batch))  # the problem itself at K, or until stable
     right = 0
     with ema_eval_mode(s):
         for start in range(0, len(index), solver.batch):
             part = index[start:start + solver.batch]
             x = inputs[part]
-            if solver.auto is None:
-                answers, _ = candidates(s.model, s.ctx, one, x, puzzle_ids[part], part)
-            else:
-                answers, _ = candidates(s.model, s.ctx, Solver([], 0, None, solver.auto, solver.batch), x,
-                                        puzzle_ids[part], part)
+            answers, _ = candidates(s.model, s.ctx, one, x, puzzle_ids[part], part)
             right += int(verdicts(checking, x, answers[-1:]).sum())
     return right / max(1, len(index))

@@ -51,7 +51,7 @@ from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import IGNORE
 from trmkit.model.trm import TRM
-from trmkit.rl.loss import reference_kl, sft_loss, trrpg_loss
+from trmkit.rl.loss import gather_logprobs, reference_kl, sft_loss, trrpg_loss
 from trmkit.rl.rewards import group_advantages
 from trmkit.train import halting
 from trmkit.train.distributed import SINGLE
@@ -226,7 +226,7 @@ class TrRpg:
             credit = answer_cells(x[sl, :logits.shape[1]], self.given)  # (b, L)
             drawn = _draw(logits, a.trajectories, a.rpg_temperature, credit, gen)  # (b, G, L)
             answers.append(drawn)
-            logp.append(_try_logp(logits, drawn, a.rpg_temperature, credit))
+            logp.append(_try_logp(F.log_softmax(logits / a.rpg_temperature, -1), drawn, credit))
             credits.append(credit)
         answers_t = torch.cat(answers)
         verdicts = np.stack([np.asarray(src.checking.check(x_np[:, :answers_t.shape[2]], g.cpu().numpy()), bool)
@@ -256,11 +256,12 @@ class TrRpg:
 
         def policy(sl: slice) -> dict:
             logits, _ = policy_logits(model, t.inputs[sl], t.pids[sl], self.k, ctx)
-            new = _try_logp(logits, t.answers[sl], a.rpg_temperature, t.credit[sl])  # (b, G)
+            cells = F.log_softmax(logits / a.rpg_temperature, -1)  # (b, L, V), read by both terms
+            new = _try_logp(cells, t.answers[sl], t.credit[sl])  # (b, G)
             per, st = trrpg_loss(new, t.logp_old[sl], t.advantages[sl], a.rpg_beta, a.rpg_clip)
             loss = per.sum() / (P * G)
             if a.kl_coef > 0:
-                kl = reference_kl(F.log_softmax(logits / a.rpg_temperature, -1), t.logp_start[sl], t.credit[sl])
+                kl = reference_kl(cells, t.logp_start[sl], t.credit[sl])
                 loss = loss + a.kl_coef * kl.sum() / P
                 stats["kl_start"].append(kl.detach())
             loss.backward()
@@ -323,10 +324,8 @@ def _draw(logits: torch.Tensor, g: int, temperature: float, credit: torch.Tensor
     return torch.where(credit.unsqueeze(1), drawn, greedy).contiguous()
 
 
-def _try_logp(logits: torch.Tensor, answers: torch.Tensor, temperature: float, credit: torch.Tensor
-              ) -> torch.Tensor:
-    """(b, G) log pi(try) at `temperature`: the sum over the credited cells of log p(cell)."""
-    logp = F.log_softmax(logits / temperature, -1)  # (b, L, V)
-    g = answers.shape[1]
-    token = torch.gather(logp.unsqueeze(1).expand(-1, g, -1, -1), -1, answers.unsqueeze(-1)).squeeze(-1)
+def _try_logp(logp: torch.Tensor, answers: torch.Tensor, credit: torch.Tensor) -> torch.Tensor:
+    """(b, G) log pi(try) from the cells' log-probabilities (b, L, V) at the arm's temperature: the sum over the
+    credited cells."""
+    token = gather_logprobs(logp, answers)  # (b, G, L)
     return (token * credit.unsqueeze(1).to(token.dtype)).sum(-1)

@@ -119,30 +119,30 @@ def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
     return texts, [r["label"] for r in records]
 
 
-def both_baselines(data: Path, classes: Sequence[str], split: str = "test") -> dict:
+def both_baselines(data: Path, classes: Sequence[str]) -> dict:
     """`trmkit email baseline`'s rivals on a store: {"baseline", "baseline_balanced", "stronger"}, both fitted on
-    the store's train/ (a --keep-labels store's: its K labelled messages per class alone) and scored on `split`."""
+    the store's train/ (a --keep-labels store's: its K labelled messages per class alone) and scored on test/."""
     train_x, train_y = store_texts(data, "train")
-    test_x, test_y = store_texts(data, split)
+    test_x, test_y = store_texts(data, "test")
     result = {"baseline": run_baseline(train_x, train_y, test_x, test_y, classes),
               "baseline_balanced": run_baseline(train_x, train_y, test_x, test_y, classes, class_weight="balanced")}
     result["stronger"] = max(("baseline", "baseline_balanced"), key=lambda k: result[k]["macro_f1"])
     return result
 
 
-def rival_macro_f1(data: str, classes: tuple[str, ...], split: str = "test") -> tuple[float, str]:
-    """(macro-F1, name) of the stronger of both_baselines on a store's split: the figure a few-label run's summary
+def rival_macro_f1(data: str, classes: tuple[str, ...]) -> tuple[float, str]:
+    """(macro-F1, name) of the stronger of both_baselines on a store's test split: the figure a few-label run's summary
     and `trmkit email baseline --run` both print (computed once per store in a process, as long as its
     messages.json files are unchanged: a run evaluates often)."""
     from trmkit.email.task import MESSAGES_FILE
 
-    stamps = tuple((Path(data) / name / MESSAGES_FILE).stat().st_mtime_ns for name in ("train", split))
-    return _rival(data, classes, split, stamps)
+    stamps = tuple((Path(data) / name / MESSAGES_FILE).stat().st_mtime_ns for name in ("train", "test"))
+    return _rival(data, classes, stamps)
 
 
 @lru_cache(maxsize=8)
-def _rival(data: str, classes: tuple[str, ...], split: str, stamps: tuple[int, ...]) -> tuple[float, str]:
-    result = both_baselines(Path(data), list(classes), split)
+def _rival(data: str, classes: tuple[str, ...], stamps: tuple[int, ...]) -> tuple[float, str]:
+    result = both_baselines(Path(data), list(classes))
     key = result["stronger"]
     return float(result[key]["macro_f1"]), RIVAL_NAMES[key]
 

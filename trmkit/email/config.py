@@ -47,11 +47,6 @@ class EmailModelConfig:
             raise ConfigError(f"email.input_linear_c={self.input_linear_c} must be > 0 (scikit-learn's C: 1.0 by "
                               "default) or 0 (chosen by cross-validation on the training split)")
 
-    @property
-    def adds_to_logits(self) -> bool:
-        """Whether the part adds to the class logits (a pooled head or the fitted linear model)."""
-        return self.pooled_head or self.input_linear
-
 
 def email_config(cfg: Config) -> EmailModelConfig:
     """cfg's `email` section, typed and checked (the defaults where cfg has none)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +63,6 @@ class Choice:
     labels: int  # labelled messages scored
     reason: str = ""
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -190,6 +189,11 @@ def remember(store: str, choice: Choice) -> None:
     _CHOICES[store] = choice
 
 
+def forget(store: str) -> None:
+    """Drop the choice an earlier run on this store made in this process (a new fit makes its own, or none)."""
+    _CHOICES.pop(store, None)
+
+
 def recalled(store: str) -> Choice | None:
     return _CHOICES.get(store)
 
@@ -222,7 +226,7 @@ class FewLabelScorer(ClassifyScorer):
             return None
         from trmkit.email.baseline import rival_macro_f1
 
-        rival, name = rival_macro_f1(str(self.store), tuple(self.class_names), "test")
+        rival, name = rival_macro_f1(str(self.store), tuple(self.class_names))
         choice = recalled(str(self.store))
         return {"rival": name, "rival_macro_f1": rival, "model_macro_f1": model, "vs_rival": model - rival,
                 "labels": self.labelled, "guard": choice.to_dict() if choice else None}

@@ -41,7 +41,6 @@ from trmkit.data.store import META_FILE
 from trmkit.email.fewlabels import UNLABELLED
 from trmkit.email.task import MESSAGES_FILE
 from trmkit.files import atomic_write
-from trmkit.names import current_names
 
 ANSWERS_FILE = "answers.jsonl"  # default place of the answers: inside the store's folder
 REFIT_EVERY = 5  # answers between two fits of the proposing model
@@ -89,7 +88,7 @@ def open_pool(store: str | Path) -> Pool:
         raise ConfigError(f"{store}: not a trmkit store ({err})") from err
     meta = json.loads((store / "train" / META_FILE).read_text())
     refuse_unless_few_labels(store, meta)
-    bag = int(current_names(meta).get("part_positions", 0))  # stores built before: pooled_positions
+    bag = train.meta.part_positions  # StoreMeta maps the older name (pooled_positions)
     if not bag:
         raise ConfigError(f"{store}: its messages have no bag of n-grams, which the proposing model reads: rebuild "
                           "it with `trmkit data email ... --keep-labels K --bag 1024`")

@@ -113,6 +113,10 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     cfg, part = model.cfg, bag_part(model)
     s = part.settings
     start = time.perf_counter()
+    if store is not None:
+        from trmkit.email.guard import forget
+
+        forget(store)
     ids = np.asarray(inputs)[:, -part.positions:]
     y = _labels(labels, cfg.num_classes)
     w = (class_weights[:cfg.num_classes].float().cpu() if class_weights is not None
@@ -120,13 +124,10 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
     idf = document_idf(every, cfg.vocab_size) if s.input_linear_weighting != "binary" else None
     if unlabelled is not None and s.input_linear_unlabelled == "em":
-        return _fit_em(model, ids, y, unlabelled, log, start, store)
+        return _fit_em(model, ids, y, unlabelled, idf, log, start, store)
     weighting, c, _ = choose(s.input_linear_weighting, cfg, ids, y, w, idf, c, log)
-    if idf is not None:
-        with torch.no_grad():
-            part.linear_idf.copy_(idf.to(part.linear_idf.device))
-            part.linear_use_idf.fill_(float(weighting == "idf"))
-        idf = idf if weighting == "idf" else None
+    _set_idf(part, idf, weighting == "idf")
+    idf = idf if weighting == "idf" else None
     x = multi_hot(ids, cfg.vocab_size, idf)
     weight, bias, out = _fit_one(x, y, w, cfg.num_classes, c)
     if unlabelled is not None and len(unlabelled):  # email.input_linear_unlabelled=self_train
@@ -145,8 +146,16 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     return {**out, "seconds": time.perf_counter() - start, "weighting": weighting, "c": c}
 
 
-def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray, log: Log,
-            start: float, store: str | None = None) -> dict[str, float]:
+def _set_idf(part: BagPart, idf: torch.Tensor | None, used: bool) -> None:
+    """Store the idf the part's features may read (none where it reads binary features), and whether it does."""
+    if idf is not None:
+        with torch.no_grad():
+            part.linear_idf.copy_(idf.to(part.linear_idf.device))
+            part.linear_use_idf.fill_(float(used))
+
+
+def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray,
+            idf: torch.Tensor | None, log: Log, start: float, store: str | None = None) -> dict[str, float]:
     """input_linear by naive Bayes with EM over the labelled and the unlabelled bags (email/nb_em.py), at the
     unlabelled weight the few-label guard chose from the labels alone (email/guard.py), or the guard's logistic
     regression of the bag (idf features where the part reads them, C=GUARD_C)."""
@@ -157,8 +166,7 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
         raise ConfigError("email.input_linear_unlabelled=em fits one model over every message and has no folds: "
                           "train with email.input_linear_folds=0")
     x, x_u = multi_hot(ids, cfg.vocab_size), nb_em.Rows.of(multi_hot(unlabelled, cfg.vocab_size))
-    reads_idf = part.settings.input_linear_weighting != "binary"
-    idf = document_idf(np.concatenate([ids, unlabelled]), cfg.vocab_size) if reads_idf else None
+    reads_idf = idf is not None  # computed by fit() over the labelled and the unlabelled bags
     x_lr = multi_hot(ids, cfg.vocab_size, idf)
     ones = torch.ones(len(y))
     choice = guard.choose(x, y, x_u, x_lr, cfg.num_classes, cfg.vocab_size,
@@ -172,10 +180,7 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
     else:
         weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight)
     _set_linear(part, weight, bias)
-    if reads_idf:
-        with torch.no_grad():
-            part.linear_idf.copy_(idf.to(part.linear_idf.device))
-            part.linear_use_idf.fill_(float(choice.method == guard.LR))
+    _set_idf(part, idf, choice.method == guard.LR)
     features = x_lr if choice.method == guard.LR else x
     accuracy = float(((torch.sparse.mm(features, weight) + bias).argmax(1) == y).float().mean())
     return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start,

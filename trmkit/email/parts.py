@@ -40,11 +40,10 @@ class BagPart(Part):
         super().__init__(positions=positions)
         self.settings = settings
         self.scale = 1.0  # sqrt(D), the tokens' scale (set in build)
-        self.classes = 0
 
     def build(self, cfg: ModelConfig, head: nn.Linear) -> None:
         s, D, C = self.settings, cfg.hidden_size, cfg.num_classes
-        self.scale, self.classes = math.sqrt(D), C
+        self.scale = math.sqrt(D)
         if C and s.pooled_head:  # starts at zero: the model begins as the one without it
             self.pooled_head = nn.Linear(D, C, bias=False)
             nn.init.zeros_(self.pooled_head.weight)

@@ -180,10 +180,6 @@ class TRM(nn.Module):
             carry.z_L[slots] = self.L_init.to(carry.z_L.dtype)
             carry.steps[slots] = 0
 
-    def embed(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> torch.Tensor:
-        """x: (B, S, D) = sqrt(D) * [puzzle prefix ; token embeddings (+ what the parts add to them)]."""
-        return self.embed_input(inputs, puzzle_ids).x
-
     def embed_input(self, inputs: torch.Tensor, puzzle_ids: torch.Tensor) -> Embedded:
         """What every supervision step reads of the input, which no step changes: computed once by a
         caller that runs several steps on the same examples (e-mail predict), else by each step. The
@@ -271,6 +267,21 @@ class TRM(nn.Module):
         logits = self.output(z_H, reads)  # (B, L, V), or (B, 1, C) for a classifier
         q_halt = self.halt_logit(z_H)  # (B,)
         return z_H.detach(), z_L.detach(), logits, q_halt
+
+
+def resized(model: TRM, height: int, width: int) -> TRM:
+    """A conv model's copy for height x width grids, holding the same weights (a conv TRM reads any size): for
+    `trmkit eval` / predict on another grid, and an adaptation's run scoring its own smaller held-out split.
+    Built under a forked random state, so that making it changes no draw of the run that asks for it."""
+    import dataclasses
+
+    cfg = dataclasses.replace(model.cfg, seq_len=height * width, grid_height=height, grid_width=width)
+    with torch.random.fork_rng(devices=[]):
+        other = TRM(cfg, model.parts)
+    other = other.to(next(model.parameters()).device)
+    other.load_state_dict(model.state_dict())
+    other.net.fused_inference = model.net.fused_inference
+    return other
 
 
 def halt_decision(steps: torch.Tensor, q_halt: torch.Tensor, cfg: ModelConfig, training: bool,

@@ -12,7 +12,6 @@ size: for each other grid shape a model of that shape is built once, with the we
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -125,17 +124,13 @@ class Predictor:
 
     def model_for(self, shape: tuple[int, ...]) -> torch.nn.Module:
         """The loaded model, or for a grid of another shape (a conv model) one built for it with its weights."""
-        from trmkit.model.trm import TRM
+        from trmkit.model.trm import resized
 
         model, cfg = self.session.model, self.session.model.cfg
         if len(shape) != 2 or cfg.mixer != "conv" or tuple(shape) == (cfg.grid_height, cfg.grid_width):
             return model
         if shape not in self._models:
-            sized = dataclasses.replace(cfg, seq_len=shape[0] * shape[1], grid_height=shape[0], grid_width=shape[1])
-            other = TRM(sized, model.parts).to(self.session.ctx.device)
-            other.load_state_dict(model.state_dict())
-            other.net.fused_inference = model.net.fused_inference
-            self._models[shape] = other.eval()
+            self._models[shape] = resized(model, shape[0], shape[1]).eval()
         return self._models[shape]
 
     def answer(self, xs: list[np.ndarray], steps: Steps) -> tuple[list[np.ndarray], list[int]]:

@@ -133,11 +133,6 @@ class RLConfig:
             return known
         return tuple(p.strip() for p in self.lora_targets.split(",") if p.strip())
 
-    @staticmethod
-    def paths(text: str) -> list[str]:
-        """A comma-separated list of files (rl.seed_files, rl.limo_files)."""
-        return [p.strip() for p in text.split(",") if p.strip()]
-
     def proposer_slots(self) -> int:
         """Solver tasks per type that fresh proposals may fill."""
         return int(self.proposer_share * self.tasks_per_type)

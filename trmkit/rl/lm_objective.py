@@ -65,7 +65,7 @@ class LMObjective:
         self.sandbox = Sandbox(Limits(cpu_seconds=rl.sandbox_cpu_seconds, wall_seconds=rl.sandbox_wall_seconds,
                                       memory_bytes=rl.sandbox_memory_mb * 2**20), policy=AZR)
         self.rng = random.Random(cfg.run.seed)
-        self.game = Game(GameSettings(rl), self.sandbox, self.rng, log)
+        self.game = Game(rl, self.sandbox, self.rng, log)
         self.generator = torch.Generator().manual_seed(cfg.run.seed)
         self.sampling_seed = cfg.run.seed  # several processes: each its own (build_model), recorded in checkpoints
         self.dtype = "float32" if rl.lm_dtype == "auto" else rl.lm_dtype  # the plan decides "auto"
@@ -407,18 +407,6 @@ class LMSelfPlayObjective(LMObjective):
             out["train/loss"] = sum(u["loss"] for u in updates) / len(updates)
             out.update({f"update/{k}": float(v) for k, v in last.items() if k != "loss"})
         return out
-
-
-class GameSettings:
-    """The rl section as the game reads it: rl.seed_files and rl.limo_files as tuples of paths (the config
-    holds them comma-separated), every other key the section's own."""
-
-    def __init__(self, rl: Any):
-        self._rl = rl
-        self.seed_files, self.limo_files = tuple(rl.paths(rl.seed_files)), tuple(rl.paths(rl.limo_files))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rl, name)
 
 
 def throughput(calls: list, updates: list[dict], peaks: dict[str, float]) -> dict[str, float]:

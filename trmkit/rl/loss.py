@@ -59,3 +59,12 @@ def reference_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor 
 def sft_loss(token_logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Per-sample seeding loss (N,): -sum_j weight_j * log p_j(target_j)."""
     return -(token_logp * weights).sum(-1)
+
+
+def gather_logprobs(logp: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """token_logprobs from log-probabilities already computed (N, R, V): (N, R) -> (N, R), (N, k, R) -> (N, k, R)."""
+    if responses.dim() == 2:
+        return torch.gather(logp, -1, responses.unsqueeze(-1)).squeeze(-1)
+    k = responses.shape[1]
+    expanded = logp.unsqueeze(1).expand(-1, k, -1, -1)  # (N, k, R, V), a view
+    return torch.gather(expanded, -1, responses.unsqueeze(-1)).squeeze(-1)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from trmkit.model.trm import TRM, input_dtype
+from trmkit.rl.loss import gather_logprobs
 
 
 def encode(rows: list[list[int]], vocab_size: int, device) -> torch.Tensor:
@@ -41,12 +42,7 @@ def response_logits(model: TRM, inputs: torch.Tensor, response_len: int) -> torc
 def token_logprobs(logits: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p_j(y_j) at `temperature`: logits (N, R, V), responses (N, R) -> (N, R), or k samples
     per row, responses (N, k, R) -> (N, k, R), all read from the same logits."""
-    logp = F.log_softmax(logits / temperature, dim=-1)
-    if responses.dim() == 2:
-        return torch.gather(logp, -1, responses.unsqueeze(-1)).squeeze(-1)
-    k = responses.shape[1]
-    expanded = logp.unsqueeze(1).expand(-1, k, -1, -1)  # (N, k, R, V), a view
-    return torch.gather(expanded, -1, responses.unsqueeze(-1)).squeeze(-1)
+    return gather_logprobs(F.log_softmax(logits / temperature, dim=-1), responses)
 
 
 def entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

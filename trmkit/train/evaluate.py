@@ -24,7 +24,6 @@ the task's scoring are shared out (train/distributed.py).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -36,7 +35,7 @@ from trmkit import hardware, rundir
 from trmkit.config import ConfigError
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import act_loss
-from trmkit.model.trm import TRM
+from trmkit.model.trm import TRM, resized
 from trmkit.train import checkpoint
 from trmkit.train import distributed as dist_mod
 from trmkit.train.halting import think_until_stable
@@ -283,11 +282,7 @@ def sized_for(model: TRM, split: Split) -> TRM:
     cfg, shape = model.cfg, split.meta.grid_shape
     if cfg.mixer != "conv" or shape is None or split.meta.seq_len == cfg.seq_len:
         return model
-    sized = TRM(dataclasses.replace(cfg, seq_len=split.meta.seq_len, grid_height=shape[0], grid_width=shape[1]),
-                model.parts).to(next(model.parameters()).device)
-    sized.load_state_dict(model.state_dict())
-    sized.net.fused_inference = model.net.fused_inference
-    return sized
+    return resized(model, shape[0], shape[1])
 
 
 def load_weights(s: Session, run_dir: str | os.PathLike[str], step: int | None = None) -> None:

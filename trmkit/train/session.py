@@ -149,11 +149,9 @@ def model_fields(split: Split, mixer: str) -> dict[str, int]:
     return fields
 
 
-def batch_fields(meta: StoreMeta, mixer: str) -> dict[str, int]:
-    """The model fields of batches shaped as another store's (trmkit adapt on a larger grid): length and grid."""
-    if mixer != "conv" or meta.grid_shape is None:
-        raise ConfigError(f"training batches of {meta.seq_len} tokens need a model without positions (model.mixer="
-                          f"conv, and a grid store), this run's has mixer={mixer}")
+def batch_fields(meta: StoreMeta) -> dict[str, int]:
+    """The model fields of batches shaped as another store's grid (trmkit adapt on a larger grid, which refuses a
+    model with positions or a store without a grid before: adapt/problems.py size_change): length and grid."""
     return {"seq_len": meta.seq_len, "grid_height": meta.grid_shape[0], "grid_width": meta.grid_shape[1]}
 
 
@@ -300,7 +298,7 @@ def resolve_config(cfg: Config, objective: Objective | None, evaluate_only: bool
             else:
                 warn_if_unfingerprinted(Path(path), None, log)
             fields = model_fields(data.train or data.test, cfg.model.mixer)
-            fields.update(batch_fields(batch_meta, cfg.model.mixer) if batch_meta is not None else {})
+            fields.update(batch_fields(batch_meta) if batch_meta is not None else {})
     model = dataclasses.replace(cfg.model, **fields)  # checked before the resume is looked at
     run = dataclasses.replace(cfg.run, dtype=resume_dtype(cfg.run.dtype, saved, log))
     return dataclasses.replace(cfg, run=run, model=model, data=dataclasses.replace(cfg.data, path=path)), data

@@ -164,9 +164,7 @@ def rollout(model: Any, tokenizer: LMTokenizer, prompts: Sequence[str], *, sampl
             resp, keep, sampled = sample_batch(
                 model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
                 eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id, greedy=greedy, generator=generator)
-            with torch.no_grad():
-                old = response_logprobs(model, torch.cat([ids, resp], 1), torch.cat([mask, torch.ones_like(resp)], 1),
-                                        ids.shape[1], chunk_tokens, use_checkpoint=False, temperature=temperature)
+            old = sampled if greedy else _rescored(model, ids, mask, resp, chunk_tokens, temperature)
             for key, value in (("ids", resp), ("mask", keep), ("sampled", sampled), ("old", old * keep)):
                 pieces[key].append(value.cpu())
     finally:
@@ -179,3 +177,12 @@ def rollout(model: Any, tokenizer: LMTokenizer, prompts: Sequence[str], *, sampl
                    old_logp=right_pad(pieces["old"], width, 0.0),
                    texts=decode_responses(tokenizer, response_ids), temperature=temperature,
                    sampled_logp=right_pad(pieces["sampled"], width, 0.0), truncated=truncated)
+
+
+def _rescored(model, ids: torch.Tensor, mask: torch.Tensor, resp: torch.Tensor, chunk_tokens: int,
+              temperature: float) -> torch.Tensor:
+    """pi_old of sampled responses by one forward of the model (the update's own arithmetic). A greedy rollout
+    (an evaluation) skips it: nothing reads its pi_old, and the sampler's log-probabilities stand in."""
+    with torch.no_grad():
+        return response_logprobs(model, torch.cat([ids, resp], 1), torch.cat([mask, torch.ones_like(resp)], 1),
+                                 ids.shape[1], chunk_tokens, use_checkpoint=False, temperature=temperature)

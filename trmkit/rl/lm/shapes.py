@@ -14,8 +14,8 @@ Where each came from (the values agree across these quotations):
   `hf_llama/llama_config.py` (llama3 rope scaling, factor 32, theta 500,000, tied embeddings); 1,235,814,400
   parameters.
 - tiny: Qwen2-style, 279,616 parameters, for tests; its vocabulary holds the byte tokenizer's 259 ids.
-- small: Qwen2-style, a few million parameters, for the CPU demo (configs/selfplay-lm-tiny.yaml): big enough to
-  learn the answer formats from seeding in minutes on two cores; same vocabulary as tiny.
+- small: Qwen2-style, 3,281,152 parameters, the demo's choice on a free machine (configs/selfplay-lm-tiny.yaml
+  uses tiny: on shared cores small learns the answer formats too slowly for 10 minutes); same vocabulary as tiny.
 
 `max_position_embeddings` is capped at 32,768 for every shape (it only sizes the rotary cache's nominal range;
 no round here comes near it).
