@@ -124,7 +124,7 @@ def fit(model: torch.nn.Module, inputs: np.ndarray, labels: np.ndarray, class_we
     every = ids if unlabelled is None else np.concatenate([ids, unlabelled])  # the idf reads no label
     idf = document_idf(every, cfg.vocab_size) if s.input_linear_weighting != "binary" else None
     if unlabelled is not None and s.input_linear_unlabelled == "em":
-        return _fit_em(model, ids, y, unlabelled, idf, log, start, store)
+        return _fit_em(model, ids, y, unlabelled, log, start, store, idf)
     weighting, c, _ = choose(s.input_linear_weighting, cfg, ids, y, w, idf, c, log)
     _set_idf(part, idf, weighting == "idf")
     idf = idf if weighting == "idf" else None
@@ -154,8 +154,8 @@ def _set_idf(part: BagPart, idf: torch.Tensor | None, used: bool) -> None:
             part.linear_use_idf.fill_(float(used))
 
 
-def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray,
-            idf: torch.Tensor | None, log: Log, start: float, store: str | None = None) -> dict[str, float]:
+def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled: np.ndarray, log: Log,
+            start: float, store: str | None = None, idf: torch.Tensor | None = None) -> dict[str, float]:
     """input_linear by naive Bayes with EM over the labelled and the unlabelled bags (email/nb_em.py), at the
     unlabelled weight the few-label guard chose from the labels alone (email/guard.py), or the guard's logistic
     regression of the bag (idf features where the part reads them, C=GUARD_C)."""
