@@ -37,7 +37,7 @@ class AdaptConfig:
     rounds: int = 4  # without --minutes: the run trains rounds x round_steps steps
     trajectories: int = 8  # tries per unsolved problem per round (train/select.py, at most 16)
     select_from: str = "variants"  # what makes the tries differ: one of SELECT_FROM
-    steps: str = "auto"  # supervision steps per try: K, or auto[:CAP] (train/halting.py: one more try, stable)
+    steps: str = "auto"  # supervision steps per try: K, or auto[:CAP] (train/halting.py: each try until stable)
     solve_limit: int = 0  # unsolved problems tried per round at most (0: all of them)
     replay_share: float = 0.5  # share of each step's new samples replayed from the original training set
     augment: int = 8  # symmetric variants a kept answer is trained under (the task's own; 1: the answer only)

@@ -1,8 +1,10 @@
 """Solving the new source's problems with the model's test-time compute, and keeping what the checker accepts.
 
-A round's tries are train/select.py's trajectories (the task's symmetric variants and/or noise on the
-initial carry, each run K supervision steps; `select.solve`), plus with `adapt.steps=auto` one more: the
-problem itself thinking until its answer is stable (train/halting.py `think_until_stable`). No label is
+A round's tries are train/select.py's trajectories: the task's symmetric variants and/or noise on the
+initial carry. With `adapt.steps=K` each runs K supervision steps (`select.solve`); with `adapt.steps=auto`
+each variant thinks until its answer is stable (train/halting.py `think_until_stable`: a larger problem
+takes the steps it needs, a small one stops early), a noised one runs the trained N_sup, and the problem
+itself thinking until stable is always one of the tries. No label is
 read anywhere here: the checker (`Checking` from the task, tasks/base.py) sees the problem's inputs and each
 try's answer tokens; among the accepted tries of one problem the checker's preference wins (a maze's
 shortest path), then the largest final halting logit, then the earliest try. The chosen answer becomes a
@@ -38,11 +40,19 @@ class Solver:
     trajectories: list[select_mod.Trajectory]
     k: int  # supervision steps of each trajectory
     variants: Variants | None
-    auto: halting.StableAnswer | None  # adapt.steps=auto: one more try that thinks until its answer is stable
+    auto: halting.StableAnswer | None  # adapt.steps=auto: the rule of the tries that think until stable
     batch: int  # problems per forward
 
+    def stable(self) -> list[select_mod.Trajectory]:
+        """The trajectories that think until stable (adapt.steps=auto, no noise); the rest run K steps."""
+        return [t for t in self.trajectories if self.auto is not None and not t.noisy]
+
+    def extra_auto(self) -> bool:
+        """The problem itself until stable, as one more try: adapt.steps=auto and no variant-0 try of that kind."""
+        return self.auto is not None and not any(t.variant == 0 for t in self.stable())
+
     def tries(self) -> int:
-        return len(self.trajectories) + (self.auto is not None)
+        return len(self.trajectories) + self.extra_auto()
 
 
 def make_solver(n: int, source: str, steps: str, n_sup: int, variants: Variants | None, batch: int,
@@ -62,10 +72,14 @@ def make_solver(n: int, source: str, steps: str, n_sup: int, variants: Variants 
         auto = None
     else:
         k, (auto, why) = n_sup, halting.rule_for(cap, n_sup)
-        log(f"adapt: steps={steps} -> one more try per problem: {auto.describe()} (cap: {why})")
-    log(f"adapt: each unsolved problem gets {len(trajectories)} tries from {source} at K={k} "
-        f"({select_mod.NOISE_STD} noise std where noised; train/select.py)" + (" + the auto try" if auto else ""))
-    return Solver(trajectories, k, variants, auto, max(1, batch))
+        log(f"adapt: steps={steps} -> the tries think until stable: {auto.describe()} (cap: {why})")
+    solver = Solver(trajectories, k, variants, auto, max(1, batch))
+    how = (f"at K={k}" if auto is None else
+           "each variant until its answer is stable" + (f", noised ones at K={k}" if source != "variants" else ""))
+    log(f"adapt: each unsolved problem gets {solver.tries()} tries from {source} {how} "
+        f"({select_mod.NOISE_STD} noise std where noised; train/select.py)"
+        + (" + the problem itself until stable" if solver.extra_auto() else ""))
+    return solver
 
 
 def _steps(text: str) -> int:
@@ -82,19 +96,32 @@ def candidates(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.nd
                ) -> tuple[np.ndarray, np.ndarray]:
     """Every try's answer (T, b, L) and final halting logit (T, b) for problems (b, L); rows seed the noise."""
     tries, qs = [], []
-    if solver.trajectories:
+    fixed = [t for t in solver.trajectories if t not in solver.stable()]
+    if fixed:
         batch = Batch(inputs=inputs, labels=np.zeros((len(inputs), 0), np.int64), puzzle_ids=puzzle_ids, rows=rows)
-        answers, q, _ = select_mod.solve(model, ctx, batch, solver.trajectories, solver.k, solver.variants)
+        answers, q, _ = select_mod.solve(model, ctx, batch, fixed, solver.k, solver.variants)
         tries.append(answers)
         qs.append(q)
-    if solver.auto is not None:
-        x = torch.from_numpy(np.ascontiguousarray(inputs)).to(ctx.device)
-        pids = torch.from_numpy(np.asarray(puzzle_ids)).to(ctx.device, torch.int64)
-        logits, q_auto, _, _ = halting.think_until_stable(model, x, pids, ctx, solver.auto)
-        tries.append(model.answer_logits(logits).float().argmax(-1).cpu().numpy()[None])  # (1, b, L)
-        qs.append(q_auto.float().cpu().numpy()[None])
+    for v in [t.variant for t in solver.stable()] + ([0] if solver.extra_auto() else []):
+        answer, q = until_stable(model, ctx, solver, inputs, puzzle_ids, v)
+        tries.append(answer[None])  # (1, b, L)
+        qs.append(q[None])
     width = min(a.shape[2] for a in tries)
     return np.concatenate([a[:, :, :width] for a in tries]), np.concatenate(qs)
+
+
+def until_stable(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.ndarray, variant: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """One try of variant `variant` thinking until its answer is stable: (answer (b, L) in the problem's own
+    frame, final halting logit (b,))."""
+    x = inputs if variant == 0 else solver.variants.apply(inputs, variant)
+    x = torch.from_numpy(np.ascontiguousarray(x)).to(ctx.device)
+    pids = torch.from_numpy(np.asarray(puzzle_ids)).to(ctx.device, torch.int64)
+    logits, q, _, _ = halting.think_until_stable(model, x, pids, ctx, solver.auto)
+    logits = model.answer_logits(logits).float().cpu().numpy()  # (b, L, V): a trace folded into the answer
+    if variant != 0:
+        logits = solver.variants.undo(logits, variant)
+    return logits.argmax(-1), q.float().cpu().numpy()
 
 
 def verdicts(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
