@@ -116,14 +116,15 @@ MAZE_ADAPT=${MAZE_ADAPT:-200}
 MAZE_HELDOUT=${MAZE_HELDOUT:-100}
 MAZE_ADAPT_MIN=${MAZE_ADAPT_MIN:-90}
 MAZE_CAP=${MAZE_CAP:-auto:256}  # one-shot: think until the answer is stable, at most 256 steps
-# The rounds: 4 tries (the maze and symmetric variants) at K=48 supervision steps (a 30 x 30 route needs ~30
-# steps of the trace, 61 x 61 ~60: raise adapt.steps with MAZE_SIZE), at most 40 unsolved mazes a round, a tenth
-# held out.
-# train.lr: the base's last rate (2e-3 x lr_min_ratio 0.1), not the preset's 2e-3 restarted. Measured on 30 x 30
-# (docs/adapt.md): kept answers labelled at every supervision step undid the trace's skill whatever the rate;
-# labelled at the last step only (adapt/stream.py TRACE_ANSWER, the default) round 1 solved 24 of 40.
-MAZE_ADAPT_ARGS=${MAZE_ADAPT_ARGS:-adapt.heldout=0.1 adapt.trajectories=4 adapt.steps=48 adapt.solve_limit=40 \
-train.lr=2e-4 train.warmup_steps=10}
+# The rounds: 2 tries of each unsolved maze (itself and a symmetric variant), each thinking until its answer is
+# stable, at most MAZE_STEPS supervision steps (a 61 x 61 route needs up to ~90 steps of the trace); the run then
+# trains for up to that many steps a sample, so a kept path's trace (read from the path alone) can be completed
+# (adapt/command.py trace_steps, printed). No held-out part of the adapt source (the MAZE_HELDOUT mazes are).
+# train.lr: the base's last rate (2e-3 x lr_min_ratio 0.1), not the preset's 2e-3 restarted.
+MAZE_STEPS=${MAZE_STEPS:-auto:128}
+MAZE_THREADS=${MAZE_THREADS:-1}  # run.threads of this arm's runs (2 when it runs alone on 2 cores)
+MAZE_ADAPT_ARGS=${MAZE_ADAPT_ARGS:-adapt.heldout=0 adapt.trajectories=2 adapt.steps=$MAZE_STEPS \
+adapt.round_steps=1000 train.lr=2e-4 train.warmup_steps=10}
 maze_arm() {
   local D=$OUT/data R=$OUT/runs n=$MAZE_SIZE
   mkdir -p "$D"
@@ -131,7 +132,7 @@ maze_arm() {
     step maze-data-11 "$D/maze-11" "$TRMKIT" data maze --size 11 --num 500 --test-fraction 1 --seed 11 \
       --out "$D/maze-11"
     step maze-base "$MAZE_RUN/summary.json" "$TRMKIT" train configs/maze-trace.yaml data.path="$D/maze-11" \
-      run.dir="$MAZE_RUN" run.threads=1 --minutes "$MAZE_TRAIN_MIN"
+      run.dir="$MAZE_RUN" run.threads="$MAZE_THREADS" --minutes "$MAZE_TRAIN_MIN"
   fi
   step maze-data-new "$D/maze-$n-new" "$TRMKIT" data maze --size "$n" --num "$MAZE_ADAPT" --test-fraction 1 \
     --seed 1"$n" --out "$D/maze-$n-new"
@@ -140,16 +141,16 @@ maze_arm() {
   step maze-data-30 "$D/maze-30" "$TRMKIT" data maze --size 30 --num "$MAZE_HELDOUT" --test-fraction 1 \
     --seed 30 --out "$D/maze-30"
   step maze-before - "$TRMKIT" eval "$MAZE_RUN" --data "$D/maze-$n" --steps "$MAZE_CAP" \
-    run.threads=1
+    run.threads="$MAZE_THREADS"
   step maze-before-30 - "$TRMKIT" eval "$MAZE_RUN" --data "$D/maze-30" \
-    --steps "$MAZE_CAP" run.threads=1
+    --steps "$MAZE_CAP" run.threads="$MAZE_THREADS"
   # shellcheck disable=SC2086
   step maze-adapt "$R/maze-adapted/summary.json" "$TRMKIT" adapt "$MAZE_RUN" --data "$D/maze-$n-new" \
-    --minutes "$MAZE_ADAPT_MIN" --out "$R/maze-adapted" run.threads=1 $MAZE_ADAPT_ARGS
+    --minutes "$MAZE_ADAPT_MIN" --out "$R/maze-adapted" run.threads="$MAZE_THREADS" $MAZE_ADAPT_ARGS
   step maze-after - "$TRMKIT" eval "$R/maze-adapted" --data "$D/maze-$n" \
-    --steps "$MAZE_CAP" run.threads=1
+    --steps "$MAZE_CAP" run.threads="$MAZE_THREADS"
   if [ "$n" != 30 ]; then
-    step maze-after-30 - "$TRMKIT" eval "$R/maze-adapted" --data "$D/maze-30" --steps "$MAZE_CAP" run.threads=1
+    step maze-after-30 - "$TRMKIT" eval "$R/maze-adapted" --data "$D/maze-30" --steps "$MAZE_CAP" run.threads="$MAZE_THREADS"
   else
     cp "$OUT/logs/maze-after.log" "$OUT/logs/maze-after-30.log"
   fi

@@ -75,8 +75,8 @@ def make_solver(n: int, source: str, steps: str, n_sup: int, variants: Variants 
         log(f"adapt: steps={steps} -> the tries think until stable: {auto.describe()} (cap: {why})")
     solver = Solver(trajectories, k, variants, auto, max(1, batch))
     how = (f"at K={k}" if auto is None else
-           "each variant until its answer is stable" + (f", noised ones at K={k}" if source != "variants" else ""))
-    log(f"adapt: each unsolved problem gets {solver.tries()} tries from {source} {how} "
+           "each variant until its answer is stable" + (f", each noised one at K={k}" if source != "variants" else ""))
+    log(f"adapt: each unsolved problem gets {solver.tries()} tries from {source}, {how} "
         f"({select_mod.NOISE_STD} noise std where noised; train/select.py)"
         + (" + the problem itself until stable" if solver.extra_auto() else ""))
     return solver
