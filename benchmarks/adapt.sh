@@ -19,7 +19,7 @@ TRMKIT=${TRMKIT:-.venv/bin/trmkit}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1
 mkdir -p "$OUT/runs" "$OUT/logs"
-echo "adapt.sh: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "adapt.sh: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step() {  # step NAME MADE COMMAND...: run COMMAND, logged to $OUT/logs/NAME.log, unless it succeeded before
   local name=$1 made=$2  # MADE: what it makes (a run's summary.json, a store), or - ; there already: skipped
@@ -117,10 +117,10 @@ MAZE_HELDOUT=${MAZE_HELDOUT:-100}
 MAZE_ADAPT_MIN=${MAZE_ADAPT_MIN:-90}
 MAZE_CAP=${MAZE_CAP:-auto:256}  # one-shot: think until the answer is stable, at most 256 steps
 # The rounds: 2 tries of each unsolved maze (itself and a symmetric variant), each thinking until its answer is
-# stable, at most MAZE_STEPS supervision steps (a 61 x 61 route needs up to ~90 steps of the trace); the run then
-# trains for up to that many steps a sample, so a kept path's trace (read from the path alone) can be completed
-# (adapt/command.py trace_steps, printed). No held-out part of the adapt source (the MAZE_HELDOUT mazes are).
-# train.lr: the base's last rate (2e-3 x lr_min_ratio 0.1), not the preset's 2e-3 restarted.
+# stable, at most MAZE_STEPS supervision steps (a 61 x 61 route needs up to ~90 steps of the trace). No held-out
+# part of the adapt source (the MAZE_HELDOUT mazes are). train.lr: the base's last rate (2e-3 x lr_min_ratio 0.1),
+# not the preset's 2e-3 restarted. docs/adapt.md has what these settings measured at 61 x 61, with a design since
+# removed (a kept path trained on its own cells' trace): 0.17 -> 0.00.
 MAZE_STEPS=${MAZE_STEPS:-auto:128}
 MAZE_THREADS=${MAZE_THREADS:-1}  # run.threads of this arm's runs (2 when it runs alone on 2 cores)
 MAZE_ADAPT_ARGS=${MAZE_ADAPT_ARGS:-adapt.heldout=0 adapt.trajectories=2 adapt.steps=$MAZE_STEPS \

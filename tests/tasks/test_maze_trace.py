@@ -9,7 +9,7 @@ import torch
 from trmkit.config import ConfigError, ModelConfig
 from trmkit.model.losses import log_stablemax, merge_logits
 from trmkit.tasks import maze
-from trmkit.tasks.maze.trace import FIRST_TRACE, MOVES, TRACE_TOKENS, directions, route, route_trace, trace_labels
+from trmkit.tasks.maze.trace import FIRST_TRACE, MOVES, TRACE_TOKENS, directions, trace_labels
 from trmkit.train.step import step_labels
 
 ROUTE = (FIRST_TRACE + 4, FIRST_TRACE + 8)  # "o^" .. "o<"
@@ -34,22 +34,6 @@ def test_the_trace_is_a_wave_from_g_then_the_route_from_s():
         for r, c in np.argwhere(final >= FIRST_TRACE):  # every direction is a first move of a shortest route
             dr, dc = MOVES[(int(final[r, c]) - FIRST_TRACE) % 4]
             assert dist[r + dr, c + dc] == dist[r, c] - 1 and direction[r, c] == (final[r, c] - FIRST_TRACE) % 4
-
-
-def test_a_route_trace_read_from_the_answer_alone_is_the_trace_on_the_route_s_cells():
-    rng = np.random.default_rng(8)
-    for loops in (0.0, 0.2):  # with loops, several shortest routes: the answer is the trace's own
-        for _ in range(10):
-            question, _, _ = maze.generate_maze(13, rng, loops, 12)
-            cells = route(question, directions(question)[0])
-            answer = question.copy()
-            for cell in cells[1:-1]:
-                answer[cell] = maze.PATH
-            full, mine = trace_labels(question, 3, 60), route_trace(question, answer, 3, 60)
-            on_route, off_route = answer == maze.PATH, (question == maze.OPEN) & (answer != maze.PATH)
-            assert np.array_equal(mine[:, on_route], full[:, on_route])  # step by step, on the route's cells
-            assert (mine[:, off_route] == maze.PAD).all()  # the rest of the maze carries no label
-            assert np.array_equal(mine[:, question != maze.OPEN], full[:, question != maze.OPEN])
 
 
 @pytest.mark.parametrize("kind", ["stablemax", "softmax"])

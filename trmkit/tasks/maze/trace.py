@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trmkit.tasks.maze.generate import GOAL, OPEN, PAD, PATH, START, WALL, distances
+from trmkit.tasks.maze.generate import GOAL, OPEN, PATH, START, distances
 
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))  # up, right, down, left: the order ties are broken in
 FIRST_TRACE = 6  # the maze vocabulary's 6 ids come first (generate.VOCAB)
@@ -81,18 +81,3 @@ def trace_labels(question: np.ndarray, speed: int, steps: int) -> np.ndarray:
     done = on_route & (2 * length - dist <= k)
     out = np.where(done, traced, np.where(reached, pointing, np.where(open_cells, OPEN, question)))
     return out.astype(np.uint8)
-
-
-def route_trace(question: np.ndarray, answer: np.ndarray, speed: int, steps: int) -> np.ndarray:
-    """(steps, N, N) uint8: `trace_labels` of a maze whose route is given by an answer (its `o` cells), read
-    from that answer alone: the search is the one the trace runs on the maze with every open cell off the
-    answer's path walled, and those cells are left unlabelled (PAD: no loss). On the route cells the labels
-    are the trace's own when the path is a shortest one (the checker's preferred answer): a route cell holds
-    its move toward G once the wave from G reaches it, and its route token once the route is traced back to
-    it. `trmkit adapt` trains a trace run's accepted paths on these, step by step, where the final path
-    alone at one step asks for what the trace reaches only later."""
-    question, answer = np.asarray(question), np.asarray(answer)
-    off_route = (question == OPEN) & (answer != PATH)
-    out = trace_labels(np.where(off_route, WALL, question), speed, steps)
-    out[:, off_route] = PAD
-    return out
