@@ -96,13 +96,14 @@ def candidates(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.nd
                ) -> tuple[np.ndarray, np.ndarray]:
     """Every try's answer (T, b, L) and final halting logit (T, b) for problems (b, L); rows seed the noise."""
     tries, qs = [], []
-    fixed = [t for t in solver.trajectories if t not in solver.stable()]
+    stable = solver.stable()
+    fixed = [t for t in solver.trajectories if t not in stable]
     if fixed:
         batch = Batch(inputs=inputs, labels=np.zeros((len(inputs), 0), np.int64), puzzle_ids=puzzle_ids, rows=rows)
         answers, q, _ = select_mod.solve(model, ctx, batch, fixed, solver.k, solver.variants)
         tries.append(answers)
         qs.append(q)
-    for v in [t.variant for t in solver.stable()] + ([0] if solver.extra_auto() else []):
+    for v in [t.variant for t in stable] + ([0] if solver.extra_auto() else []):
         answer, q = until_stable(model, ctx, solver, inputs, puzzle_ids, v)
         tries.append(answer[None])  # (1, b, L)
         qs.append(q[None])
@@ -184,8 +185,7 @@ def one_shot(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_id
              index: np.ndarray) -> float:
     """The share of problems `index` whose one-shot answer the checker accepts: the problem itself, no noise,
     at K (or thinking until stable with adapt.steps=auto), the EMA weights."""
-    one = (Solver([select_mod.Trajectory(0, False)], solver.k, None, None, solver.batch) if solver.auto is None
-           else Solver([], 0, None, solver.auto, solver.batch))  # the problem itself at K, or until stable
+    one = Solver([select_mod.Trajectory(0, False)], solver.k, None, solver.auto, solver.batch)  # at K, or until stable
     right = 0
     with ema_eval_mode(s):
         for start in range(0, len(index), solver.batch):

@@ -30,7 +30,6 @@ from trmkit.data.stream import Batch
 from trmkit.data.variants import Variants
 from trmkit.plan.memory_model import Calibration, carry_slot_bytes, micro_slot_bytes
 
-TRACE_ANSWER = "last"  # a trace run's kept answer labels the "last" supervision step only ("every": all of them)
 MIX = 1  # the stream's index in default_rng([seed, MIX, i]): apart from every other draw seeded by the run's seed
 
 
@@ -65,10 +64,10 @@ class MixedStream:
         for i, (rng, mine) in enumerate(zip(draws, own)):
             if mine:
                 inputs[i], y, pids[i] = self._draw(rng)
-                if self.trace_steps and TRACE_ANSWER == "last":
+                if self.trace_steps:
                     labels[i, -1] = y  # the last supervision step only; the earlier ones stay 0, ignored
                 else:
-                    labels[i] = y  # broadcast over the trace's steps
+                    labels[i] = y
             else:
                 inputs[i], labels[i], pids[i] = base.inputs[j], base.labels[j], base.puzzle_ids[j]
                 j += 1

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from trmkit import rundir
 from trmkit.adapt.config import AdaptConfig
+from trmkit.adapt.solve import verdicts
 from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.stream import eval_batches
 from trmkit.model.losses import IGNORE
@@ -229,13 +230,13 @@ class TrRpg:
             logp.append(_try_logp(F.log_softmax(logits / a.rpg_temperature, -1), drawn, credit))
             credits.append(credit)
         answers_t = torch.cat(answers)
-        verdicts = np.stack([np.asarray(src.checking.check(x_np[:, :answers_t.shape[2]], g.cpu().numpy()), bool)
-                             for g in answers_t.unbind(1)], axis=1).astype(np.float64)  # (P, G)
-        adv = torch.tensor(group_advantages(verdicts.tolist()), dtype=torch.float32, device=ctx.device)
+        rewards = verdicts(src.checking, x_np[:, :answers_t.shape[2]],
+                           answers_t.transpose(0, 1).cpu().numpy()).T.astype(np.float64)  # (P, G)
+        adv = torch.tensor(group_advantages(rewards.tolist()), dtype=torch.float32, device=ctx.device)
         start = (torch.cat([self._reference_logp(model, ctx, x[sl], pids[sl]) for sl in _slices(len(pick),
                                                                                                ctx.micro_batch)])
                  if a.kl_coef > 0 else None)
-        return Tries(x, pids, answers_t, torch.cat(logp), torch.cat(credits), verdicts, adv, start)
+        return Tries(x, pids, answers_t, torch.cat(logp), torch.cat(credits), rewards, adv, start)
 
     def _replay_batch(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """rpg_problems samples of the original training stream: (inputs, labels with IGNORE, puzzle ids)."""
@@ -274,7 +275,7 @@ class TrRpg:
             _, raw = policy_logits(model, x, pids, self.k, ctx)  # the step's own logits, as training reads them
             logp = F.log_softmax(raw[:, :y.shape[1]], -1)
             keep = y != IGNORE
-            token = torch.gather(logp, -1, y.clamp_min(0).unsqueeze(-1)).squeeze(-1)  # (b, L)
+            token = gather_logprobs(logp, y.clamp_min(0))  # (b, L)
             per = sft_loss(token, keep.to(token.dtype))
             (a.rpg_replay * per.sum() / replay[0].shape[0]).backward()
             stats["replay_loss"].append((per / keep.sum(-1).clamp_min(1)).detach())
