@@ -118,13 +118,13 @@ MAZE_ADAPT_MIN=${MAZE_ADAPT_MIN:-90}
 MAZE_CAP=${MAZE_CAP:-auto:256}  # one-shot: think until the answer is stable, at most 256 steps
 # The rounds: 2 tries of each unsolved maze (itself and a symmetric variant), each thinking until its answer is
 # stable, at most MAZE_STEPS supervision steps (a 61 x 61 route needs up to ~90 steps of the trace). No held-out
-# part of the adapt source (the MAZE_HELDOUT mazes are). train.lr: the base's last rate (2e-3 x lr_min_ratio 0.1),
-# not the preset's 2e-3 restarted. docs/adapt.md has what these settings measured at 61 x 61, with a design since
-# removed (a kept path trained on its own cells' trace): 0.17 -> 0.00.
+# part of the adapt source (the MAZE_HELDOUT mazes are). train.lr: a tenth of the base's last rate (2e-3 x
+# lr_min_ratio 0.1): at that rate, batch 8 wore the skill down (docs/adapt.md, the runs at 61 x 61). Re-solving
+# the unsolved mazes every 3,000 steps (a 61 x 61 round of 110 takes about 11 minutes on 2 threads).
 MAZE_STEPS=${MAZE_STEPS:-auto:128}
 MAZE_THREADS=${MAZE_THREADS:-1}  # run.threads of this arm's runs (2 when it runs alone on 2 cores)
 MAZE_ADAPT_ARGS=${MAZE_ADAPT_ARGS:-adapt.heldout=0 adapt.trajectories=2 adapt.steps=$MAZE_STEPS \
-adapt.round_steps=1000 train.lr=2e-4 train.warmup_steps=10}
+adapt.round_steps=3000 train.lr=2e-5 train.warmup_steps=10}
 maze_arm() {
   local D=$OUT/data R=$OUT/runs n=$MAZE_SIZE
   mkdir -p "$D"

@@ -9,12 +9,14 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
+from trmkit.adapt import rounds as rounds_mod
 from trmkit.adapt.command import Plugins, adapt, new_config
 from trmkit.adapt.problems import read_problems, split_problems
 from trmkit.api import task_hooks
@@ -196,3 +198,13 @@ def test_a_pairs_source_is_learned_from_the_user_s_checker_not_from_its_outputs(
     for problem, label in answers.items():  # every kept label is the right answer, 3 - x, never the JSONL's output
         cells = [(vocab[a], vocab[b]) for a, b in zip(problems.inputs[problem], label) if a != 0]
         assert len(cells) == 6 and all(int(b) == 3 - int(a) for a, b in cells)
+
+
+def test_a_solving_round_says_how_far_it_is(monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(rounds_mod, "PROGRESS_SECONDS", 0)
+    say = rounds_mod.Rounds._progress(SimpleNamespace(log=said.append), 3, 10)
+    say(4, 1)
+    say(10, 2)  # the round's own line follows: not repeated
+    assert len(said) == 1 and "ETA" in said[0]
+    assert said[0].startswith("adapt: round 3: tried 4 of 10, 1 accepted so far")

@@ -16,7 +16,8 @@ import pytest
 from tests.adapt.test_adapt import SMALL, accept_all, plugins
 from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
-from trmkit.adapt.command import adapt, new_config
+from trmkit.adapt.command import adapt, new_config, trace_steps
+from trmkit.adapt.config import adapt_config
 from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream
 from trmkit.api import task_hooks
 from trmkit.config import ConfigError
@@ -107,6 +108,46 @@ def test_a_trace_run_s_kept_answer_labels_only_the_last_supervision_step():
     assert 0 < mine.sum() < 40 and batch.labels.shape == (40, 3, 6)
     assert (batch.labels[mine, -1] == 5).all() and (batch.labels[mine, :-1] == 0).all()  # 0: ignored
     assert (batch.labels[~mine] == 7).all()  # the replayed samples keep their trace labels
+
+
+def test_a_trace_run_s_kept_answer_trains_on_the_trace_its_checker_derives(root):
+    inputs = np.arange(1, 13).reshape(2, 6)
+    seen = []
+
+    def trace_of(x, y):  # a stand-in for Checking.to_trace: step k holds the label + k
+        seen.append((x.copy(), y.copy()))
+        return np.stack([y + k for k in range(3)])
+
+    class Traced:
+        def __call__(self, rng, progress):
+            return np.ones(6, np.int64), np.full((3, 6), 7)
+
+        def describe(self, progress):
+            return "stand-in"
+
+    stream = MixedStream(GeneratedStream(Traced(), seed=0), inputs, np.zeros(2, np.int64), replay_share=0.5, seed=1,
+                         trace_steps=3, trace_of=trace_of)
+    stream.keep({1: np.full(6, 5)})
+    batch = stream.take(40)
+    mine = (batch.inputs == inputs[1]).all(axis=1)
+    assert 0 < mine.sum() == len(seen) and all((x == inputs[1]).all() and (y == 5).all() for x, y in seen)
+    assert (batch.labels[mine] == np.array([5, 6, 7])[:, None]).all() and (batch.labels[~mine] == 7).all()
+
+
+def test_a_trace_run_on_a_larger_grid_trains_for_the_steps_its_tries_take(root, tmp_path):
+    said: list[str] = []
+    p = plugins(accept_all)
+    cfg = new_config(root / "run", root / "m11", p, overrides=[*SMALL, "adapt.steps=auto:5"], out=str(tmp_path / "a"),
+                     log=said.append)
+    adapt(cfg, p, log=said.append)
+    saved = config_mod.load(rundir.path(tmp_path / "a", rundir.CONFIG), [], registry.SECTIONS)
+    assert saved.model.halt_max_steps == 5 and any("model.halt_max_steps=5 (the run's 2)" in line for line in said)
+    plain = trace_steps(new_config(root / "run", root / "m11", p, overrides=[*SMALL, "adapt.steps=auto"],
+                                   out=str(tmp_path / "b"), log=said.append), 2, said.append)
+    assert plain.model.halt_max_steps == 8 and adapt_config(plain).steps == "auto:8"  # the default cap, 4 x 2, pinned
+    mine = new_config(root / "run", root / "m11", p, overrides=[*SMALL, "adapt.steps=auto:5", "model.halt_max_steps=3"],
+                      out=str(tmp_path / "c"), log=said.append)
+    assert trace_steps(mine, 2, said.append).model.halt_max_steps == 3  # an override's own value stays
 
 
 def test_a_smaller_grid_or_a_model_with_positions_is_refused_by_name(root, tmp_path):

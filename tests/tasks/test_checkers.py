@@ -23,6 +23,7 @@ from trmkit.tasks import maze
 from trmkit.tasks.base import NO_CHECKER, checker_for
 from trmkit.tasks.checking import UserFunction, parse_spec
 from trmkit.tasks.maze.generate import OPEN, PATH, START, VOCAB, WALL
+from trmkit.tasks.maze.trace import NOT_ROUTE, trace_labels
 from trmkit.tasks.pairs.build import build_pairs
 from trmkit.tasks.pairs.checker import user_checker
 from trmkit.tasks.sudoku.build import build_sudoku
@@ -125,6 +126,18 @@ def test_maze_label_is_the_path_as_the_final_answer_and_trace_tokens_are_refused
         checking.check(inputs, traced)
     with pytest.raises(ConfigError, match="task maze checks answers with its own rules"):
         checker_for(TASKS["maze"], test.meta, CHECKER)
+
+
+def test_maze_trace_of_an_accepted_path_is_the_route_s_own_and_not_the_route_elsewhere(tmp_path):
+    maze.build("generate", tmp_path / "m", size=9, num=3, test_fraction=1, seed=5, **QUIET)
+    test = open_store(tmp_path / "m")["test"]
+    inputs, labels = np.asarray(test.inputs), np.asarray(test.labels)
+    got = checker_for(TASKS["maze"], test.meta, None).to_trace(inputs, labels, 2, 12)  # (b, K, L)
+    assert got.shape == (3, 12, 81)
+    for x, y, mine in zip(inputs, labels, got):
+        full = trace_labels(x.reshape(9, 9), 2, 12).reshape(12, -1)
+        on, off = y == PATH, (x == OPEN) & (y != PATH)
+        assert np.array_equal(mine[:, on], full[:, on]) and (mine[:, off] == NOT_ROUTE).all()
 
 
 # ---------------------------------------------------------------- pairs: the user's function

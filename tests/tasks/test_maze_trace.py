@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from trmkit.config import ConfigError, ModelConfig
-from trmkit.model.losses import log_stablemax, merge_logits
+from trmkit.model.losses import (IGNORE, act_loss, all_right, cells_right, log_stablemax, merge_logits,
+                                 own_member)
 from trmkit.tasks import maze
-from trmkit.tasks.maze.trace import FIRST_TRACE, MOVES, TRACE_TOKENS, directions, trace_labels
+from trmkit.tasks.maze.trace import (FIRST_TRACE, MOVES, NOT_ROUTE, TRACE_TOKENS, directions, route, route_trace,
+                                     trace_labels)
 from trmkit.train.step import step_labels
 
 ROUTE = (FIRST_TRACE + 4, FIRST_TRACE + 8)  # "o^" .. "o<"
@@ -36,6 +38,22 @@ def test_the_trace_is_a_wave_from_g_then_the_route_from_s():
             assert dist[r + dr, c + dc] == dist[r, c] - 1 and direction[r, c] == (final[r, c] - FIRST_TRACE) % 4
 
 
+def test_a_route_trace_read_from_the_answer_alone_is_the_trace_on_the_route_s_cells():
+    rng = np.random.default_rng(8)
+    for loops in (0.0, 0.2):  # with loops, several shortest routes: the answer is the trace's own
+        for _ in range(10):
+            question, _, _ = maze.generate_maze(13, rng, loops, 12)
+            cells = route(question, directions(question)[0])
+            answer = question.copy()
+            for cell in cells[1:-1]:
+                answer[cell] = maze.PATH
+            full, mine = trace_labels(question, 3, 60), route_trace(question, answer, 3, 60)
+            on_route, off_route = answer == maze.PATH, (question == maze.OPEN) & (answer != maze.PATH)
+            assert np.array_equal(mine[:, on_route], full[:, on_route])  # step by step, on the route's cells
+            assert (mine[:, off_route] == NOT_ROUTE).all()  # the rest of the maze: not the route, folded
+            assert np.array_equal(mine[:, question != maze.OPEN], full[:, question != maze.OPEN])
+
+
 @pytest.mark.parametrize("kind", ["stablemax", "softmax"])
 def test_trace_tokens_fold_exactly_into_the_answer_they_stand_for(kind):
     into = tuple(answer for _, answer in TRACE_TOKENS)
@@ -46,6 +64,34 @@ def test_trace_tokens_fold_exactly_into_the_answer_they_stand_for(kind):
     got = (log_stablemax(merged.double()) if kind == "stablemax" else merged.double().log_softmax(-1)).exp()
     assert torch.allclose(got, want, atol=1e-5)
     assert merge_logits(logits, (), kind) is logits  # no trace: the logits themselves
+
+
+@pytest.mark.parametrize("kind", ["stablemax", "softmax"])
+def test_a_folded_label_trains_the_member_the_model_ranks_first_and_scores_the_folded_answer(kind):
+    into = tuple(answer for _, answer in TRACE_TOKENS)
+    logits = torch.randn(2, 4, 6 + len(into))
+    logits[0, 0, FIRST_TRACE + 2] = 5.0  # " v" leads the members of " " at the first cell
+    logits[1, 1, FIRST_TRACE + 4] = 6.0  # "o^" leads the second sample's second cell: not a member of " "
+    logits.requires_grad_(True)
+    labels = torch.tensor([[NOT_ROUTE, FIRST_TRACE, IGNORE, NOT_ROUTE], [maze.WALL, NOT_ROUTE, FIRST_TRACE + 5, 3]])
+    own = own_member(logits.detach(), torch.where(labels >= 14, labels - 14, IGNORE), into)
+    members = [maze.OPEN, *range(FIRST_TRACE, FIRST_TRACE + 4)]
+    assert own[0, 0] == FIRST_TRACE + 2 and own[1, 1] in members and own[1, 1] != FIRST_TRACE + 4
+    loss, stats = act_loss(logits, labels, torch.zeros(2), 0.0, kind=kind, fold=into)
+    full = log_stablemax(logits.double()) if kind == "stablemax" else logits.double().log_softmax(-1)
+    want = [-(full[0, 0, own[0, 0]] + full[0, 1, FIRST_TRACE] + full[0, 3, own[0, 3]]) / 3,
+            -(full[1, 0, maze.WALL] + full[1, 1, own[1, 1]] + full[1, 2, FIRST_TRACE + 5] + full[1, 3, 3]) / 4]
+    assert torch.allclose(loss.double(), sum(want), atol=1e-5)
+    loss.backward()
+    assert logits.grad[0, 0, FIRST_TRACE + 2] < 0 and (logits.grad[0, 0, members[:3]] >= 0).all()  # " v" alone up
+    sure = torch.full_like(logits, -9.0)
+    sure[0, 0, FIRST_TRACE + 2], sure[0, 1, FIRST_TRACE], sure[0, 3, maze.OPEN] = 9.0, 9.0, 9.0  # " v", " ^", " "
+    sure[1, :, maze.PATH] = 9.0  # a route token where "not the route" is asked: wrong
+    right = cells_right(sure, labels, into, merge_logits(sure, into, kind))
+    assert right[0].tolist() == [True, True, False, True] and not right[1, 1]
+    assert all_right(sure, labels, into, kind).tolist() == [True, False]
+    assert stats["right"].tolist() == cells_right(logits.detach(), labels, into,
+                                                  merge_logits(logits.detach(), into, kind)).sum(-1).tolist()
 
 
 def test_a_step_reads_its_own_row_and_the_halting_head_the_last():

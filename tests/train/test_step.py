@@ -150,8 +150,8 @@ def test_the_gradient_check_catches_a_loss_divided_by_the_micro_batch(monkeypatc
     real_loss = step_mod.act_loss
 
     def mean_over_the_micro_batch(logits, labels, q_halt, halt_weight, weights=None, kind="stablemax",
-                                  done_labels=None):
-        loss, stats = real_loss(logits, labels, q_halt, halt_weight, weights, kind, done_labels)
+                                  done_labels=None, fold=()):
+        loss, stats = real_loss(logits, labels, q_halt, halt_weight, weights, kind, done_labels, fold)
         return loss * 8 / logits.shape[0], stats  # the step's own "/ 8" then leaves "/ micro-batch"
 
     monkeypatch.setattr(step_mod, "act_loss", mean_over_the_micro_batch)

@@ -27,6 +27,7 @@ from trmkit.adapt.trrpg import TrRpg
 from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import Task, checker_for
+from trmkit.train import halting
 from trmkit.train.resume import describe_run, holds_run
 
 Log = Callable[[str], None]
@@ -140,9 +141,11 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
         log(f"adapt: kept answers train under {len(aug) if aug else 1} symmetric variant(s) of the task; "
             f"{acfg.replay_share:.0%} of the samples replay the original training set (adapt.replay_share)")
     trace = cfg.model.halt_max_steps if cfg.data.trace else 0
+    trace_of = _trace_of(source.checking, cfg.data.trace, trace)
 
     def wrap(base) -> MixedStream:
-        return MixedStream(base, problems.inputs, problems.puzzle_ids, acfg.replay_share, cfg.run.seed, aug, trace)
+        return MixedStream(base, problems.inputs, problems.puzzle_ids, acfg.replay_share, cfg.run.seed, aug, trace,
+                           trace_of)
 
     hooks = plugins.task_hooks(without_adapt(cfg), log)
     if batch_meta is not None and hooks.get("sampler") is not None:  # the run's own mazes in the new grid
@@ -156,6 +159,35 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
     finally:
         if objective is not None:
             objective.close()
+
+
+def _trace_of(checking: Any, speed: int, steps: int) -> Callable[[Any, Any], Any] | None:
+    """A trace run's (data.trace) kept answer -> its labels per supervision step (Checking.to_trace), if the
+    checker derives them; None otherwise (the stream labels the last step alone)."""
+    if not speed or checking.to_trace is None:
+        return None
+    return lambda x, y: checking.to_trace(x[None], y[None], speed, steps)[0]
+
+
+def trace_steps(cfg: Config, n_sup: int, log: Log) -> Config:
+    """A trace run adapting to a larger grid trains its kept paths step by step until their trace is complete,
+    which a longer route reaches after more supervision steps than the run's N_sup: model.halt_max_steps
+    becomes the cap of adapt.steps (auto:CAP, within which the tries found the answers; plain auto: its
+    default cap, made explicit), unless an override set it. Printed with the reason."""
+    acfg = adapt_config(cfg)
+    if not cfg.data.trace or cfg.model.halt_max_steps != n_sup:
+        return cfg
+    cap = halting.parse_auto(acfg.steps)
+    k = int(acfg.steps) if cap is None else (cap or halting.CAP_PER_N_SUP * n_sup)
+    if k <= n_sup:
+        return cfg
+    log(f"adapt: model.halt_max_steps={k} (the run's {n_sup}): a kept path trains on its trace step by step "
+        f"until the trace is complete, and a route on the larger grid needs more steps than {n_sup}; {k} is the "
+        f"cap of adapt.steps={acfg.steps}, within which the tries find the answers (the samples still halt when "
+        "the halting head says so)")
+    cfg = config_mod.replace(cfg, "model", halt_max_steps=k)
+    return config_mod.with_section(cfg, SECTION, dataclasses.replace(acfg, steps=f"auto:{k}") if cap is not None
+                                   else acfg)
 
 
 def _check_source(cfg: Config, model: ModelConfig, problems: Problems, resume: bool, batch: int, log: Log
@@ -175,6 +207,8 @@ def _check_source(cfg: Config, model: ModelConfig, problems: Problems, resume: b
         wide = dataclasses.replace(model, seq_len=sized.seq_len, grid_height=sized.grid_shape[0],
                                    grid_width=sized.grid_shape[1])
         cfg = config_mod.replace(cfg, "train", batch_size=batch_size_for(model, wide, batch, log))
+    if sized is not None and not resume:
+        cfg = trace_steps(cfg, model.halt_max_steps, log)
     if rundir.task_of(base) not in (None, problems.meta.task):
         raise ConfigError(f"--data {acfg.source}: a {problems.meta.task} store, the run {base} learned "
                           f"{rundir.task_of(base)}: build the new source with the run's task")

@@ -36,6 +36,8 @@ from trmkit.monitor.loggers import JsonlLogger
 from trmkit.train.hooks import Hooks
 from trmkit.train.session import Session
 
+PROGRESS_SECONDS = 60  # a solving round says how far it is at most this often
+
 Log = Callable[[str], None]
 
 
@@ -116,7 +118,7 @@ class Rounds(Hooks):
         if len(tried):
             share = self.acfg.vote_share if self.acfg.keep == "vote" else 0.0
             new = solve_round(s, self.solver, src.checking, src.problems.inputs, src.problems.puzzle_ids, tried,
-                              number, len(src.problems), vote_share=share)
+                              number, len(src.problems), vote_share=share, progress=self._progress(number, len(tried)))
             self.stream.keep(new)
         solve_s, t1 = time.perf_counter() - t0, time.perf_counter()
         acc = (one_shot(s, self.solver, src.checking, src.problems.inputs, src.problems.puzzle_ids, src.heldout)
@@ -132,6 +134,20 @@ class Rounds(Hooks):
             self.metrics.log(s.state.step, record)
         self.rounds_done = number + solve
         self._say(s, record, solve)
+
+    def _progress(self, number: int, total: int) -> Callable[[int, int], None]:
+        """A round's console line every PROGRESS_SECONDS while it solves (a 61 x 61 maze round takes minutes)."""
+        t0 = last = time.perf_counter()
+
+        def say(tried: int, accepted: int) -> None:
+            nonlocal last
+            now = time.perf_counter()
+            if now - last >= PROGRESS_SECONDS and tried < total:
+                last = now
+                eta = (now - t0) / tried * (total - tried)
+                self.log(f"adapt: round {number}: tried {tried} of {total}, {accepted} accepted so far; "
+                         f"{_clock(now - t0)} solving, ETA of the round {_clock(eta)}")
+        return say
 
     def _tries(self, number: int) -> np.ndarray:
         """The unsolved adapt problems this round tries: all, or adapt.solve_limit of them, a window that moves

@@ -164,10 +164,12 @@ def to_labels(checking, inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 
 def solve_round(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle_ids: np.ndarray,
-                index: np.ndarray, round_no: int, total: int, vote_share: float = 0.0) -> dict[int, np.ndarray]:
+                index: np.ndarray, round_no: int, total: int, vote_share: float = 0.0,
+                progress: Callable[[int, int], None] | None = None) -> dict[int, np.ndarray]:
     """Try the problems `index` (rows of inputs); {problem: its label} for the accepted ones. The noise of a
     problem's tries differs from round to round (rows offset by round x total problems). vote_share > 0: the
-    vote control (adapt.keep=vote) keeps the plurality answer instead, and the checker's verdict is never asked."""
+    vote control (adapt.keep=vote) keeps the plurality answer instead, and the checker's verdict is never asked.
+    progress(tried, accepted) is called after each batch of problems."""
     kept: dict[int, np.ndarray] = {}
     with ema_eval_mode(s):
         for start in range(0, len(index), solver.batch):
@@ -178,6 +180,8 @@ def solve_round(s: Session, solver: Solver, checking, inputs: np.ndarray, puzzle
             if accepted.any():
                 labels = to_labels(checking, x[accepted], chosen[accepted])
                 kept.update({int(p): y for p, y in zip(part[accepted], labels)})
+            if progress is not None:
+                progress(start + len(part), len(kept))
     return kept
 
 

@@ -8,11 +8,13 @@ i-th sample's draws come from default_rng([seed, MIX, i]), so the stream's whole
 kept answers, the counts served of each kind and the original stream's own position: a checkpoint holds
 them (train/state.py saves the stream's state_dict) and a resumed run goes on exactly.
 
-A trace run (data.trace: labels (N_sup, L) per sample) trains its kept answers as the final answer at the
-last supervision step only, the earlier steps unlabelled (0, ignored), without a search's trace (the checker's
-answer is not a solver's output). Labelled at every step, the final path asks step 1 for what the trace
-reaches only after many steps: adapting the 11 x 11 maze-trace model on 30 x 30 mazes that way, round 1
-solved 0 of 40 (the held-out one-shot 0.1 -> 0.0); at the last step only, 24 of 40 (docs/adapt.md).
+A trace run (data.trace: labels (N_sup, L) per sample) trains a kept answer step by step on the labels the
+task's checker derives from that answer alone (Checking.to_trace; mazes: the trace's labels on the accepted
+path's cells and "not the route" on the others, tasks/maze/trace.py route_trace), drawn after the sample's
+variant, since a trace's tokens are directions. Without a to_trace, the final answer labels the last
+supervision step only, the earlier steps unlabelled (0, ignored). The final path at every step asks step 1
+for what the trace reaches only after many steps: adapting the 11 x 11 maze-trace model on 30 x 30 mazes
+that way, round 1 solved 0 of 40 (docs/adapt.md).
 
 A new source of a larger grid (adapt/problems.py `size_change`: a conv model, data.stream=generate) keeps
 one length per batch: `InGrid` has the task's generator place the run's own training mazes in the new
@@ -37,10 +39,12 @@ class MixedStream:
     """`base`'s samples and the kept answers to `inputs`' problems, mixed; resumable exactly."""
 
     def __init__(self, base, inputs: np.ndarray, puzzle_ids: np.ndarray, replay_share: float, seed: int,
-                 variants: Variants | None = None, trace_steps: int = 0) -> None:
+                 variants: Variants | None = None, trace_steps: int = 0,
+                 trace_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
         self.base, self.inputs, self.puzzle_ids = base, inputs, puzzle_ids
         self.replay_share, self.seed = float(replay_share), int(seed)
         self.variants, self.trace_steps = variants, int(trace_steps)
+        self.trace_of = trace_of  # (input (L,), kept label (L,)) -> (trace_steps, L): the kept answer's trace
         self.kept: dict[int, np.ndarray] = {}  # problem -> its label (L,)
         self._order: list[int] = []  # the kept problems, sorted: what a draw indexes
         self._next = 0
@@ -64,7 +68,9 @@ class MixedStream:
         for i, (rng, mine) in enumerate(zip(draws, own)):
             if mine:
                 inputs[i], y, pids[i] = self._draw(rng)
-                if self.trace_steps:
+                if self.trace_steps and self.trace_of is not None:
+                    labels[i] = self.trace_of(inputs[i], y)
+                elif self.trace_steps:
                     labels[i, -1] = y  # the last supervision step only; the earlier ones stay 0, ignored
                 else:
                     labels[i] = y

@@ -15,6 +15,12 @@ A head with fewer positions than the labels (a classifier: logits (B, 1, C)) is
 scored on the first positions; a classify store labels position 0 only.
 Optional label weights (train.class_weighting) scale each cell's loss by its
 label's weight, so a rare class counts as much as a common one.
+
+A head whose last ids stand for answer ids (a trace's tokens, `fold`: merge_logits) also takes *folded*
+labels: a label id past the head's own ids, V + H + a, asks for answer id a under the fold, where the
+step's own token is not known (an adapted maze's cells off the accepted path: "not the route", whichever
+direction the search would hold there). It trains as the id among a and the trace ids folding into it that
+the model itself ranks first (`own_member`), and it is right when the merged argmax is a.
 """
 
 from __future__ import annotations
@@ -79,13 +85,15 @@ def merge_logits(logits: torch.Tensor, into: tuple[int, ...], kind: str = "stabl
 
 def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
              halt_weight: float, weights: torch.Tensor | None = None, kind: str = "stablemax",
-             done_labels: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+             done_labels: torch.Tensor | None = None, fold: tuple[int, ...] = ()
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Summed (not averaged) loss over the batch and per-sample statistics.
 
     labels: (B, L) with IGNORE for cells that carry no label; only the first
     logits.shape[1] positions are scored. weights: (V,) per-label loss weights or None.
     done_labels: the labels the halting head's target reads (B, L), when they differ from this step's
     (a trace, data.trace: halting means "the whole trace is done", not "this step's part is right").
+    fold: the answer ids the head's last ids stand for (model.trace_ids), which folded labels are read under.
     Returns (loss_sum, stats) where stats hold per-sample tensors (no grad):
     correct cells, valid cells, exact (all valid cells right).
     """
@@ -93,12 +101,15 @@ def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
     valid = labels != IGNORE
     counts = valid.sum(-1).clamp_min(1)  # (B,)
     cross_entropy = softmax_cross_entropy if kind == "softmax" else stablemax_cross_entropy
-    token = cross_entropy(logits, labels, weights).sum(-1) / counts  # (B,)
+    plain, folded = split_folded(labels, logits.shape[-1], fold)
+    merged = merge_logits(logits.detach(), fold, kind) if folded is not None else None
+    if folded is not None:
+        plain = torch.where(folded != IGNORE, own_member(logits.detach(), folded, fold), plain)
+    token = cross_entropy(logits, plain, weights).sum(-1) / counts  # (B,)
     with torch.no_grad():
-        right = (logits.argmax(-1) == labels) & valid
-        n_right = right.sum(-1)
+        n_right = cells_right(logits, labels, fold, merged).sum(-1)
         exact = n_right == valid.sum(-1)
-        done = exact if done_labels is None else all_right(logits, done_labels[:, :logits.shape[1]])
+        done = exact if done_labels is None else all_right(logits, done_labels[:, :logits.shape[1]], fold, kind)
     halt = F.binary_cross_entropy_with_logits(q_halt, done.to(q_halt.dtype), reduction="none")
     loss = token.sum() + halt_weight * halt.sum()
     stats = {"token_loss": token.detach(), "halt_loss": halt.detach(), "right": n_right,
@@ -106,6 +117,41 @@ def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
     return loss, stats
 
 
-def all_right(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(B,) bool: every labelled cell's argmax is its label."""
-    return ((logits.argmax(-1) == labels) | (labels == IGNORE)).all(-1)
+def all_right(logits: torch.Tensor, labels: torch.Tensor, fold: tuple[int, ...] = (),
+              kind: str = "stablemax") -> torch.Tensor:
+    """(B,) bool: every labelled cell's argmax is its label (a folded label's: the merged argmax)."""
+    merged = merge_logits(logits, fold, kind) if fold and bool((labels >= logits.shape[-1]).any()) else None
+    return (cells_right(logits, labels, fold, merged) | (labels == IGNORE)).all(-1)
+
+
+def split_folded(labels: torch.Tensor, n_ids: int, fold: tuple[int, ...]
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the labels of the head's own ids, IGNORE elsewhere; the folded labels as answer ids, IGNORE elsewhere,
+    or None where there are none) of labels (B, L) over a head of n_ids ids (module docstring)."""
+    past = labels >= n_ids
+    if not fold or not bool(past.any()):
+        return labels, None
+    ignore = torch.full_like(labels, IGNORE)
+    return torch.where(past, ignore, labels), torch.where(past, labels - n_ids, ignore)
+
+
+def own_member(logits: torch.Tensor, folded: torch.Tensor, fold: tuple[int, ...]) -> torch.Tensor:
+    """(B, L) the id the model itself ranks first among those standing for each cell's folded answer id (the
+    answer id and the trace ids folding into it): a folded label trains as that id, so the loss asks for
+    the answer without moving the step's own token among its members (a summed probability would, under
+    stable-max: every member with a positive logit gains alike, and a wave's direction would give way to
+    " "). IGNORE cells get id 0."""
+    V = logits.shape[-1] - len(fold)
+    answer_of = torch.cat([torch.arange(V, device=logits.device), torch.tensor(fold, device=logits.device)])
+    allowed = answer_of.view(1, 1, -1) == folded.clamp_min(0).unsqueeze(-1)  # (B, L, V + H)
+    return logits.masked_fill(~allowed, float("-inf")).argmax(-1)
+
+
+def cells_right(logits: torch.Tensor, labels: torch.Tensor, fold: tuple[int, ...] = (),
+                merged: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L) bool: labelled cells whose argmax is their label; a folded label's, the merged logits' argmax."""
+    plain, folded = split_folded(labels, logits.shape[-1], fold)
+    right = (logits.argmax(-1) == plain) & (plain != IGNORE)
+    if folded is not None and merged is not None:
+        right |= (merged.argmax(-1) == folded) & (folded != IGNORE)
+    return right

@@ -52,6 +52,9 @@ class Checking:
     to_label: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     # (inputs, accepted answers) -> the training labels (b, L) in the store's token space (ignore_label_id where
     # no loss); None: the answers themselves
+    to_trace: Callable[[np.ndarray, np.ndarray, int, int], np.ndarray] | None = None
+    # a trace run's (data.trace) labels per supervision step from accepted labels alone: (inputs (b, L), labels
+    # (b, L), the trace's speed, steps K) -> (b, K, L), 0 where unlabelled; None: the last step holds the label
 
 
 # (the new source's store meta, the user's --checker spec "file.py:function" or None) -> Checking; a task with a

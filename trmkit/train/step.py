@@ -270,7 +270,7 @@ def micro_step(model: TRM, state: TrainState, ctx: StepContext, sl: slice, u, mi
             zh, zl, logits, q = net(carry.z_H[sl], carry.z_L[sl], state.inputs[sl], state.puzzle_ids[sl])
         labels, done = step_labels(state.labels[sl], carry.steps[sl])
         loss, stats = act_loss(logits, labels, q, model.cfg.halt_loss_weight, ctx.label_weights, model.cfg.loss,
-                               done_labels=done)
+                               done_labels=done, fold=model.cfg.trace_ids)
         (loss / B).backward()
     carry.z_H[sl], carry.z_L[sl] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     carry.halted[sl] = halt_decision(carry.steps[sl], q, model.cfg, True, u[sl], min_steps[sl])

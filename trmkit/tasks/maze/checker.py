@@ -7,9 +7,10 @@ path is preferred (the answer asked for is the shortest). Nothing here searches 
 
 A trace run (data.trace) trains on the search's trace, but its store's labels are the plain answers
 (`#`, ` `, `S`, `G`, `o`; the trace is drawn by the sampler at each step) and its answers reach the
-checker folded back into those tokens (fold.py). An adapted maze trains on the accepted path as that
-final answer, without the trace (a solver's output, not the model's): `to_label` writes the maze with the
-path's cells `o`, walls, S and G repeated from the input, as the store's labels are.
+checker folded back into those tokens (fold.py). `to_label` writes the accepted path as that final answer:
+the maze with the path's cells `o`, walls, S and G repeated from the input, as the store's labels are.
+A trace run trains it step by step with `to_trace` (trace.py route_trace): the trace's labels on the
+path's cells, read from the path (no search of the maze), and "not the route" on every other open cell.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from trmkit.config import ConfigError
 from trmkit.data.store import StoreMeta
 from trmkit.tasks.base import Checking, refuse_spec
 from trmkit.tasks.maze.generate import OPEN, PATH, VOCAB
+from trmkit.tasks.maze.trace import route_trace
 from trmkit.tasks.maze.variants import maze_variants
 
 RULES = "maze: the o cells a simple path of open cells from S to G; the shorter preferred"
@@ -37,7 +39,12 @@ def maze_checker(meta: StoreMeta, spec: str | None) -> Checking:
     def check(inputs: np.ndarray, answers: np.ndarray) -> np.ndarray:
         return rules.check(inputs, in_vocab(answers, vocab))
 
-    return Checking(check=check, prefer=rules.prefer, describe=RULES, to_label=path_label)
+    def to_trace(inputs: np.ndarray, labels: np.ndarray, speed: int, steps: int) -> np.ndarray:
+        shape = tuple(meta.grid_shape)
+        grids = [route_trace(x.reshape(shape), y.reshape(shape), speed, steps) for x, y in zip(inputs, labels)]
+        return np.stack(grids).reshape(len(grids), steps, -1).astype(np.int64)
+
+    return Checking(check=check, prefer=rules.prefer, describe=RULES, to_label=path_label, to_trace=to_trace)
 
 
 def in_vocab(answers: np.ndarray, vocab: int) -> np.ndarray:

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from trmkit.tasks.maze.generate import GOAL, OPEN, PATH, START, distances
+from trmkit.tasks.maze.generate import GOAL, OPEN, PATH, START, WALL, distances
 
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))  # up, right, down, left: the order ties are broken in
 FIRST_TRACE = 6  # the maze vocabulary's 6 ids come first (generate.VOCAB)
 # (name, the answer token it stands for): a direction on an open cell, then the same on a route cell
 TRACE_TOKENS = tuple((f" {arrow}", OPEN) for arrow in "^>v<") + tuple((f"o{arrow}", PATH) for arrow in "^>v<")
+# a folded label (model/losses.py): the answer " " under the fold, whichever of " ", " ^" ... the step holds
+NOT_ROUTE = FIRST_TRACE + len(TRACE_TOKENS) + OPEN
 
 
 def directions(question: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,3 +83,20 @@ def trace_labels(question: np.ndarray, speed: int, steps: int) -> np.ndarray:
     done = on_route & (2 * length - dist <= k)
     out = np.where(done, traced, np.where(reached, pointing, np.where(open_cells, OPEN, question)))
     return out.astype(np.uint8)
+
+
+def route_trace(question: np.ndarray, answer: np.ndarray, speed: int, steps: int) -> np.ndarray:
+    """(steps, N, N) uint8: `trace_labels` of a maze whose route is given by an answer (its `o` cells), read
+    from that answer alone, without a search of the maze. On the route's cells: the trace the search runs on
+    the maze with every open cell off the route walled, which is the maze's own trace there when the route is
+    a shortest one (the checker's preferred answer): a route cell holds its move toward G once the wave from
+    G reaches it, and its route token once the route is traced back to it. On the open cells off the route:
+    NOT_ROUTE at every step, the answer " " under the fold, since what the wave holds there at a step takes
+    a search to know, but that the cell is not on the route does not. `trmkit adapt` trains a trace run's
+    accepted paths on these step by step, where the final path alone at one step asks for what the trace
+    reaches only later, and the route's cells alone let every open cell be marked (measured: docs/adapt.md)."""
+    question, answer = np.asarray(question), np.asarray(answer)
+    off_route = (question == OPEN) & (answer != PATH)
+    out = trace_labels(np.where(off_route, WALL, question), speed, steps)
+    out[:, off_route] = NOT_ROUTE
+    return out
