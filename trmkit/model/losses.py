@@ -102,8 +102,9 @@ def act_loss(logits: torch.Tensor, labels: torch.Tensor, q_halt: torch.Tensor,
     counts = valid.sum(-1).clamp_min(1)  # (B,)
     cross_entropy = softmax_cross_entropy if kind == "softmax" else stablemax_cross_entropy
     plain, folded = split_folded(labels, logits.shape[-1], fold)
-    merged = merge_logits(logits.detach(), fold, kind) if folded is not None else None
-    if folded is not None:
+    merged = None
+    if folded is not None:  # a trace's folded labels (module docstring)
+        merged = merge_logits(logits.detach(), fold, kind)
         plain = torch.where(folded != IGNORE, own_member(logits.detach(), folded, fold), plain)
     token = cross_entropy(logits, plain, weights).sum(-1) / counts  # (B,)
     with torch.no_grad():
@@ -128,8 +129,10 @@ def split_folded(labels: torch.Tensor, n_ids: int, fold: tuple[int, ...]
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(the labels of the head's own ids, IGNORE elsewhere; the folded labels as answer ids, IGNORE elsewhere,
     or None where there are none) of labels (B, L) over a head of n_ids ids (module docstring)."""
+    if not fold:  # no trace: nothing is folded, and the step's hot path does no more work
+        return labels, None
     past = labels >= n_ids
-    if not fold or not bool(past.any()):
+    if not bool(past.any()):
         return labels, None
     ignore = torch.full_like(labels, IGNORE)
     return torch.where(past, ignore, labels), torch.where(past, labels - n_ids, ignore)
