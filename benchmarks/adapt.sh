@@ -4,8 +4,9 @@
 #   bash benchmarks/adapt.sh                       # every arm at the full sizes (hours on 2 cores)
 #   ARMS=latin OUT=/tmp/adapt bash benchmarks/adapt.sh
 #   ARMS=maze MAZE_RUN=runs/maze-trace MAZE_SIZE=45 MAZE_ADAPT_MIN=25 bash benchmarks/adapt.sh
+#   ARMS=sudoku SUDOKU_RUN=runs/sudoku-deep bash benchmarks/adapt.sh
 #
-# One section per arm below (latin, maze; the controls and the TR-RPG arm go in sections of their own).
+# One section per arm below (latin, maze, sudoku; the controls and the TR-RPG arm go in sections of their own).
 # Every step whose output exists is skipped, so a stopped run goes on where it was. Everything runs under
 # `nice -n $NICE` with one thread (run.threads=1, OMP_NUM_THREADS=1), so the arms compare at equal CPU time;
 # the CPU is printed first. Figures are the lines "== ARM: ..." at the end of each section (and docs/adapt.md).
@@ -159,6 +160,82 @@ maze_arm() {
 "$lg/maze-before.log" valid_path_accuracy), after adapt $(metric "$lg/maze-after.log" valid_path_accuracy) \
 ($MAZE_ADAPT_MIN min on $MAZE_ADAPT unlabelled); 30 x 30: before $(metric "$lg/maze-before-30.log" \
 valid_path_accuracy), after $(metric "$lg/maze-after-30.log" valid_path_accuracy)"
+}
+
+# ============================================================ arm: sudoku (another source)
+# The sudoku-deep preset trained on the 17-clue collection with the rating curriculum (SUDOKU_RUN; trained here,
+# SUDOKU_STEPS steps on SUDOKU_THREADS threads, when absent: over an hour on 2 threads), then adapted for
+# SUDOKU_ADAPT_MIN minutes on SUDOKU_NEW puzzles of another source, one-shot at K=SUDOKU_K on SUDOKU_HELDOUT
+# others of it before and after (valid_solution_accuracy: by the rules and the givens), the same with --select 16
+# (the model's own pick, no checker; the first SUDOKU_SELECT of them), and the 1,000 hardest 17-clue puzzles
+# (exact). The source: puzzles the generator rates hardest (SUDOKU_SRC=generate: 24-26 givens, at least
+# SUDOKU_RATING solver guesses each; the two sets from seeds 101 and 102), or a text collection (its first
+# SUDOKU_NEW lines and the next SUDOKU_HELDOUT; built with --allow-multiple, as the serg benchmark's puzzles
+# have several solutions each: the base completed 0.987 of 1,000 of them validly one-shot, nothing to learn).
+# Beside it at equal CPU time, run at the same time on one thread each: continued training on the 17-clue
+# collection (--objective continue). Both start at train.lr=2e-4, the base's last rate (2e-3 x lr_min_ratio
+# 0.1): the preset's 2e-3 would restart a converged model at its largest rate.
+SUDOKU_RUN=${SUDOKU_RUN:-$OUT/runs/sudoku-deep}
+SUDOKU_STEPS=${SUDOKU_STEPS:-13250}
+SUDOKU_THREADS=${SUDOKU_THREADS:-2}
+SUDOKU_SRC=${SUDOKU_SRC:-generate}
+SUDOKU_RATING=${SUDOKU_RATING:-15}
+SUDOKU_NEW=${SUDOKU_NEW:-300}
+SUDOKU_HELDOUT=${SUDOKU_HELDOUT:-250}
+SUDOKU_ADAPT_MIN=${SUDOKU_ADAPT_MIN:-30}
+SUDOKU_K=${SUDOKU_K:-16}
+SUDOKU_SELECT=${SUDOKU_SELECT:-200}
+SUDOKU_ADAPT_ARGS=${SUDOKU_ADAPT_ARGS:-adapt.trajectories=16 adapt.steps=$SUDOKU_K adapt.heldout=0.1 \
+adapt.round_steps=500 train.lr=2e-4 train.warmup_steps=10}
+sudoku_source() {  # sudoku_source HALF NUM SEED FIRST_LINE: the store $D/sudoku-HALF of the new source
+  local half=$1 num=$2 seed=$3 first=$4 src=(--source generate --num "$2" --min-rating "$SUDOKU_RATING")
+  if [ "$SUDOKU_SRC" != generate ]; then  # sed reads to the end (head would end grep early: SIGPIPE)
+    grep -v "^#" "$SUDOKU_SRC" | sed -n "${first},$((first + num - 1))p" > "$D/sudoku-$half.txt"
+    src=(--source "$D/sudoku-$half.txt" --allow-multiple)
+  fi
+  step "sudoku-data-$half" "$D/sudoku-$half" "$TRMKIT" data sudoku "${src[@]}" --test-fraction 1 --aug 0 \
+    --seed "$seed" --out "$D/sudoku-$half"
+}
+sudoku_arm() {
+  local D=$OUT/data R=$OUT/runs lg=$OUT/logs
+  mkdir -p "$D"
+  step sudoku-data-17 "$D/sudoku17-hard" "$TRMKIT" data sudoku --source ../shared/data/sudoku/tdoku_17_clue.txt \
+    --test-hardest 1000 --aug 8 --out "$D/sudoku17-hard"
+  step sudoku-base "$SUDOKU_RUN/summary.json" "$TRMKIT" train configs/sudoku-deep.yaml data.path="$D/sudoku17-hard" \
+    run.dir="$SUDOKU_RUN" run.threads="$SUDOKU_THREADS" train.max_steps="$SUDOKU_STEPS" train.max_minutes=0 \
+    data.stream=curriculum data.curriculum_samples=$((SUDOKU_STEPS * 32))
+  sudoku_source new "$SUDOKU_NEW" 101 1
+  sudoku_source heldout "$SUDOKU_HELDOUT" 102 $((SUDOKU_NEW + 1))
+  local run name
+  for run in "$SUDOKU_RUN" "$R/sudoku-adapted" "$R/sudoku-continue"; do
+    name=$(basename "$run")
+    if [ "$run" != "$SUDOKU_RUN" ] && [ ! -e "$lg/sudoku-adapt.ok" ]; then  # both arms at once, a thread each
+      # shellcheck disable=SC2086
+      step sudoku-adapt "$R/sudoku-adapted/summary.json" "$TRMKIT" adapt "$SUDOKU_RUN" --data "$D/sudoku-new" \
+        --minutes "$SUDOKU_ADAPT_MIN" --out "$R/sudoku-adapted" run.threads=1 $SUDOKU_ADAPT_ARGS &
+      local first=$!
+      # shellcheck disable=SC2086
+      step sudoku-continue "$R/sudoku-continue/summary.json" "$TRMKIT" adapt "$SUDOKU_RUN" --data "$D/sudoku-new" \
+        --objective continue --minutes "$SUDOKU_ADAPT_MIN" --out "$R/sudoku-continue" run.threads=1 \
+        $SUDOKU_ADAPT_ARGS &
+      wait "$first"; wait $!
+    fi
+    step "sudoku-$name-new" - "$TRMKIT" eval "$run" --data "$D/sudoku-heldout" --steps "$SUDOKU_K" run.threads=2
+    step "sudoku-$name-select" - "$TRMKIT" eval "$run" --data "$D/sudoku-heldout" --steps "$SUDOKU_K" --select 16 \
+      --select-from variants --limit "$SUDOKU_SELECT" run.threads=2
+    step "sudoku-$name-17" - "$TRMKIT" eval "$run" --steps "$SUDOKU_K" run.threads=2
+  done
+  local b a c
+  b=$(basename "$SUDOKU_RUN") a=sudoku-adapted c=sudoku-continue
+  echo "== sudoku: $SUDOKU_HELDOUT held-out puzzles of $(basename "$SUDOKU_SRC"), valid one-shot at K=$SUDOKU_K: \
+before $(metric "$lg/sudoku-$b-new.log" valid_solution_accuracy), after adapt $(metric "$lg/sudoku-$a-new.log" \
+valid_solution_accuracy), continue $(metric "$lg/sudoku-$c-new.log" valid_solution_accuracy) ($SUDOKU_ADAPT_MIN min, \
+a thread each); --select 16 on $SUDOKU_SELECT: $(metric "$lg/sudoku-$b-select.log" valid_solution_accuracy) -> \
+$(metric "$lg/sudoku-$a-select.log" valid_solution_accuracy) (continue $(metric "$lg/sudoku-$c-select.log" \
+valid_solution_accuracy)); 17-clue hardest 1,000 exact: $(metric "$lg/sudoku-$b-17.log" exact_accuracy) -> \
+$(metric "$lg/sudoku-$a-17.log" exact_accuracy) (continue $(metric "$lg/sudoku-$c-17.log" exact_accuracy))"
+  echo "== sudoku: adapt's held-out tenth by the checker, first -> last round: $(heldout_one_shot "$R/$a" 0) -> \
+$(heldout_one_shot "$R/$a" -1); continue $(heldout_one_shot "$R/$c" -1)"
 }
 
 # ============================================================ arm: controls (TR-RPG and the controls)
