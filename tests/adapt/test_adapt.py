@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 
 from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
@@ -208,3 +209,21 @@ def test_a_solving_round_says_how_far_it_is(monkeypatch):
     say(10, 2)  # the round's own line follows: not repeated
     assert len(said) == 1 and "ETA" in said[0]
     assert said[0].startswith("adapt: round 3: tried 4 of 10, 1 accepted so far")
+
+
+def test_schedules_for_training_from_scratch_are_not_started_again(base, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(base / "run", run)
+    file = rundir.path(run, rundir.CONFIG)
+    c = yaml.safe_load(file.read_text())
+    c["train"]["depth_curriculum"], c["data"]["stream"], c["data"]["curriculum_samples"] = "0.3,0.6", "curriculum", 99
+    file.write_text(yaml.safe_dump(c))
+    said: list[str] = []
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "a"),
+                     log=said.append)
+    assert (cfg.train.depth_curriculum, cfg.data.stream, cfg.data.curriculum_samples) == ("", "store", 0)
+    assert any("train.depth_curriculum='0.3,0.6' -> ''" in m for m in said)
+    assert any("data.stream=curriculum -> store" in m for m in said)
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=[*SMALL, "train.depth_curriculum=0.5,0.8"],
+                     out=str(tmp_path / "b"), log=lambda m: None)
+    assert cfg.train.depth_curriculum == "0.5,0.8"  # set again by the user: kept

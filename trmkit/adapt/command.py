@@ -94,10 +94,32 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
                           [f"run.dir={out_dir}", f"train.init_from={run_dir.resolve()}", *steps, *timed, *mine, *extra],
                           dict(plugins.sections))
     acfg = adapt_config(cfg)
+    cfg = _without_schedules(cfg, extra, log)
     if steps:
         cfg = config_mod.replace(cfg, "train", max_steps=acfg.rounds * acfg.round_steps)
         log(f"adapt: train.max_steps={cfg.train.max_steps} (adapt.rounds={acfg.rounds} x adapt.round_steps="
             f"{acfg.round_steps}" + (f"; --minutes {minutes:g} fits it to the time)" if minutes else ")"))
+    return cfg
+
+
+def _without_schedules(cfg: Config, overrides: list[str], log: Log) -> Config:
+    """cfg without RUN's schedules for training from scratch, unless set again in overrides (each printed): a
+    depth curriculum would start the adaptation at a shallower recursion than RUN was trained to reach, and a
+    curriculum stream or a generator's ramp would replay RUN's easiest samples first, over the adaptation's
+    own steps."""
+    given = lambda key: any(o.startswith(key + "=") for o in overrides)  # noqa: E731
+    if cfg.train.depth_curriculum and not given("train.depth_curriculum"):
+        log(f"adapt: train.depth_curriculum={cfg.train.depth_curriculum!r} -> '' (RUN's depth from the first step: "
+            "a depth curriculum is for training from scratch)")
+        cfg = config_mod.replace(cfg, "train", depth_curriculum="")
+    if cfg.data.stream == "curriculum" and not given("data.stream"):
+        log("adapt: data.stream=curriculum -> store (the replay draws from all of RUN's training split: a "
+            "curriculum would start again from its easiest samples)")
+        cfg = config_mod.replace(cfg, "data", stream="store", curriculum_samples=0)
+    if cfg.data.stream == "generate" and cfg.data.curriculum_samples and not given("data.curriculum_samples"):
+        log(f"adapt: data.curriculum_samples={cfg.data.curriculum_samples} -> 0 (the replay is generated at RUN's "
+            "full difficulty from the first sample: a ramp would start again from its easiest)")
+        cfg = config_mod.replace(cfg, "data", curriculum_samples=0)
     return cfg
 
 
