@@ -37,6 +37,10 @@ metric() {  # metric LOG KEY: KEY of the last JSON result an eval printed (or "-
   grep -o "\"$2\": [0-9.e-]*" "$1" 2>/dev/null | tail -1 | sed 's/.*: //' | grep . || echo "-"
 }
 
+selected() {  # selected LOG: the exact accuracy of an eval's --select pick (or "-")
+  sed -n 's/.*, select: exact_accuracy \([0-9.]*\).*/\1/p' "$1" 2>/dev/null | tail -1 | grep . || echo "-"
+}
+
 summary() {  # summary RUN KEY: a key of the run's summary.json
   "$PY" -c "import json, sys; print(f\"{json.load(open(sys.argv[1] + '/summary.json')).get(sys.argv[2], float('nan')):.3f}\")" \
     "$1" "$2" 2>/dev/null || echo "-"
@@ -230,9 +234,9 @@ sudoku_arm() {
   echo "== sudoku: $SUDOKU_HELDOUT held-out puzzles of $(basename "$SUDOKU_SRC"), valid one-shot at K=$SUDOKU_K: \
 before $(metric "$lg/sudoku-$b-new.log" valid_solution_accuracy), after adapt $(metric "$lg/sudoku-$a-new.log" \
 valid_solution_accuracy), continue $(metric "$lg/sudoku-$c-new.log" valid_solution_accuracy) ($SUDOKU_ADAPT_MIN min, \
-a thread each); --select 16 on $SUDOKU_SELECT: $(metric "$lg/sudoku-$b-select.log" valid_solution_accuracy) -> \
-$(metric "$lg/sudoku-$a-select.log" valid_solution_accuracy) (continue $(metric "$lg/sudoku-$c-select.log" \
-valid_solution_accuracy)); 17-clue hardest 1,000 exact: $(metric "$lg/sudoku-$b-17.log" exact_accuracy) -> \
+a thread each); --select 16 on $SUDOKU_SELECT: $(selected "$lg/sudoku-$b-select.log") -> \
+$(selected "$lg/sudoku-$a-select.log") (continue $(selected "$lg/sudoku-$c-select.log")); \
+17-clue hardest 1,000 exact: $(metric "$lg/sudoku-$b-17.log" exact_accuracy) -> \
 $(metric "$lg/sudoku-$a-17.log" exact_accuracy) (continue $(metric "$lg/sudoku-$c-17.log" exact_accuracy))"
   echo "== sudoku: adapt's held-out tenth by the checker, first -> last round: $(heldout_one_shot "$R/$a" 0) -> \
 $(heldout_one_shot "$R/$a" -1); continue $(heldout_one_shot "$R/$c" -1)"
