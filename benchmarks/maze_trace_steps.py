@@ -29,9 +29,8 @@ from trmkit.train import evaluate as evaluate_mod
 from trmkit.train.session import prepare
 
 
-def exact(questions: np.ndarray, marked: np.ndarray, side: int) -> float:
+def exact(questions: np.ndarray, marked: np.ndarray, lengths: list[int], side: int) -> float:
     """Share of mazes whose marked cells are a shortest path (the one-shot score at this step)."""
-    lengths = [len(traced_route(q, directions(q)[0])) - 1 for q in questions]
     return float(np.mean([is_shortest_path(q, m.reshape(side, side), n)
                           for q, m, n in zip(questions, marked, lengths, strict=True)]))
 
@@ -54,6 +53,7 @@ def main() -> None:
     side = int(round(len(x[0]) ** 0.5))
     truth = np.stack([trace_labels(q.reshape(side, side), cfg.data.trace, a.steps).reshape(a.steps, -1) for q in x])
     grids = x.reshape(len(x), side, side)
+    lengths = [len(traced_route(q, directions(q)[0])) - 1 for q in grids]  # once, not at every printed step
     route, off = y == PATH, (x == OPEN) & (y != PATH)
     carry = s.model.initial_carry(len(x), "cpu")
     zh, zl, inputs, pids = carry.z_H, carry.z_L, torch.from_numpy(x), torch.zeros(len(x), dtype=torch.long)
@@ -68,7 +68,8 @@ def main() -> None:
                 print(f"k={k:3d} trace route {share(got == want, route):.3f} off {share(got == want, off):.3f} | "
                       f"marked route {share(marked, route):.3f} off {share(marked, off):.3f} | "
                       f"true trace marked {share(want >= FIRST_TRACE + 4, route):.3f} | "
-                      f"exact {exact(grids, marked, side):.3f} folded {exact(grids, folded, side):.3f}", flush=True)
+                      f"exact {exact(grids, marked, lengths, side):.3f} "
+                      f"folded {exact(grids, folded, lengths, side):.3f}", flush=True)
 
 
 if __name__ == "__main__":
