@@ -5,6 +5,7 @@
 #   ARMS=latin OUT=/tmp/adapt bash benchmarks/adapt.sh
 #   ARMS=maze MAZE_RUN=runs/maze-trace MAZE_SIZE=45 MAZE_ADAPT_MIN=25 bash benchmarks/adapt.sh
 #   ARMS=sudoku SUDOKU_RUN=runs/sudoku-deep bash benchmarks/adapt.sh
+#   ARMS=sudoku SUDOKU_RUN=runs/sudoku-deep SUDOKU_SRC=missed SUDOKU_NEW=474 SUDOKU_MORE="tr-rpg vote" bash benchmarks/adapt.sh
 #
 # One section per arm below (latin, maze, sudoku; the controls and the TR-RPG arm go in sections of their own).
 # Every step whose output exists is skipped, so a stopped run goes on where it was. Everything runs under
@@ -175,7 +176,10 @@ valid_path_accuracy), after $(metric "$lg/maze-after-30.log" valid_path_accuracy
 # (exact). The source: puzzles the generator rates hardest (SUDOKU_SRC=generate: 24-26 givens, at least
 # SUDOKU_RATING solver guesses each; the two sets from seeds 101 and 102), or a text collection (its first
 # SUDOKU_NEW lines and the next SUDOKU_HELDOUT; built with --allow-multiple, as the serg benchmark's puzzles
-# have several solutions each: the base completed 0.987 of 1,000 of them validly one-shot, nothing to learn).
+# have several solutions each: the base completed 0.987 of 1,000 of them validly one-shot, nothing to learn), or
+# SUDOKU_SRC=missed: the generator's hardest that SUDOKU_RUN answers wrong one-shot at K=SUDOKU_K (SUDOKU_POOL
+# generated, seeds 103 and 104, a half each; the base then scores 0 on both sets by construction, and the
+# control shows how much of a rise any further training gives such borderline puzzles).
 # Beside it at equal CPU time, run at the same time on one thread each: continued training on the 17-clue
 # collection (--objective continue). Both start at train.lr=2e-4, the base's last rate (2e-3 x lr_min_ratio
 # 0.1): the preset's 2e-3 would restart a converged model at its largest rate.
@@ -184,11 +188,13 @@ SUDOKU_STEPS=${SUDOKU_STEPS:-13250}
 SUDOKU_THREADS=${SUDOKU_THREADS:-2}
 SUDOKU_SRC=${SUDOKU_SRC:-generate}
 SUDOKU_RATING=${SUDOKU_RATING:-15}
+SUDOKU_POOL=${SUDOKU_POOL:-4000}
 SUDOKU_NEW=${SUDOKU_NEW:-300}
 SUDOKU_HELDOUT=${SUDOKU_HELDOUT:-250}
 SUDOKU_ADAPT_MIN=${SUDOKU_ADAPT_MIN:-30}
 SUDOKU_K=${SUDOKU_K:-16}
 SUDOKU_SELECT=${SUDOKU_SELECT:-200}
+SUDOKU_MORE=${SUDOKU_MORE:-}  # more arms, all at once after those two, a thread each: tr-rpg, vote
 SUDOKU_ADAPT_ARGS=${SUDOKU_ADAPT_ARGS:-adapt.trajectories=16 adapt.steps=$SUDOKU_K adapt.heldout=0.1 \
 adapt.round_steps=500 train.lr=2e-4 train.warmup_steps=10}
 sudoku_source() {  # sudoku_source HALF NUM SEED FIRST_LINE: the store $D/sudoku-HALF of the new source
@@ -200,6 +206,44 @@ sudoku_source() {  # sudoku_source HALF NUM SEED FIRST_LINE: the store $D/sudoku
   step "sudoku-data-$half" "$D/sudoku-$half" "$TRMKIT" data sudoku "${src[@]}" --test-fraction 1 --aug 0 \
     --seed "$seed" --out "$D/sudoku-$half"
 }
+sudoku_missed() {  # $D/sudoku-missed.txt: the generated puzzles SUDOKU_RUN answers wrong one-shot at K
+  [ -e "$D/sudoku-missed.txt" ] && return
+  local seed pid pids=()
+  for seed in 103 104; do  # a half of the pool each, at once
+    [ -e "$D/pool-$seed.txt" ] || nice -n "$NICE" "$PY" - $((SUDOKU_POOL / 2)) "$seed" "$SUDOKU_RATING" \
+      "$D/pool-$seed.txt" > "$OUT/logs/sudoku-pool-$seed.log" 2>&1 <<'EOF' &
+import sys
+from trmkit.files import write_text
+from trmkit.tasks.sudoku.generate import generate_pairs
+count, seed, rating, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+write_text(out, "".join("".join(map(str, p.puzzle.tolist())) + "\n"
+                         for p in generate_pairs(count, "24-26", seed=seed, min_guesses=rating)))
+EOF
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { tail -5 "$OUT"/logs/sudoku-pool-*.log; exit 1; }; done
+  cat "$D/pool-103.txt" "$D/pool-104.txt" > "$D/pool.txt"
+  step sudoku-pool-answers "$D/pool.answers" "$TRMKIT" predict "$SUDOKU_RUN" "$D/pool.txt" --steps "$SUDOKU_K" \
+    --out "$D/pool.answers"
+  paste "$D/pool.txt" "$D/pool.answers" | awk -F'\t' '$3 != "valid" {print $1}' > "$D/sudoku-missed.tmp"
+  echo "-- sudoku-missed: $(wc -l < "$D/sudoku-missed.tmp") of $(wc -l < "$D/pool.txt") answered wrong one-shot"
+  mv "$D/sudoku-missed.tmp" "$D/sudoku-missed.txt"
+}
+sudoku_at_once() {  # sudoku_at_once ARM...: adapt SUDOKU_RUN to the new source in each ARM's way, all at
+  local arm run how pids=()  # once at a thread each (adapt: its default; continue, tr-rpg: --objective; vote: --keep)
+  for arm in "$@"; do
+    how=(--objective "$arm")
+    [ "$arm" = adapt ] && how=()
+    [ "$arm" = vote ] && how=(--keep vote)
+    run=$R/sudoku-$arm
+    [ "$arm" = adapt ] && run=$R/sudoku-adapted
+    # shellcheck disable=SC2086
+    step "sudoku-$arm" "$run/summary.json" "$TRMKIT" adapt "$SUDOKU_RUN" --data "$D/sudoku-new" "${how[@]}" \
+      --minutes "$SUDOKU_ADAPT_MIN" --out "$run" run.threads=1 $SUDOKU_ADAPT_ARGS &
+    pids+=($!)
+  done
+  for arm in "${pids[@]}"; do wait "$arm"; done
+}
 sudoku_arm() {
   local D=$OUT/data R=$OUT/runs lg=$OUT/logs
   mkdir -p "$D"
@@ -208,22 +252,16 @@ sudoku_arm() {
   step sudoku-base "$SUDOKU_RUN/summary.json" "$TRMKIT" train configs/sudoku-deep.yaml data.path="$D/sudoku17-hard" \
     run.dir="$SUDOKU_RUN" run.threads="$SUDOKU_THREADS" train.max_steps="$SUDOKU_STEPS" train.max_minutes=0 \
     data.stream=curriculum data.curriculum_samples=$((SUDOKU_STEPS * 32))
+  if [ "$SUDOKU_SRC" = missed ]; then sudoku_missed; SUDOKU_SRC=$D/sudoku-missed.txt; fi
   sudoku_source new "$SUDOKU_NEW" 101 1
   sudoku_source heldout "$SUDOKU_HELDOUT" 102 $((SUDOKU_NEW + 1))
-  local run name
-  for run in "$SUDOKU_RUN" "$R/sudoku-adapted" "$R/sudoku-continue"; do
+  local run name more=() arm
+  for arm in $SUDOKU_MORE; do more+=("$R/sudoku-$arm"); done
+  for run in "$SUDOKU_RUN" "$R/sudoku-adapted" "$R/sudoku-continue" "${more[@]}"; do
     name=$(basename "$run")
-    if [ "$run" != "$SUDOKU_RUN" ] && [ ! -e "$lg/sudoku-adapt.ok" ]; then  # both arms at once, a thread each
-      # shellcheck disable=SC2086
-      step sudoku-adapt "$R/sudoku-adapted/summary.json" "$TRMKIT" adapt "$SUDOKU_RUN" --data "$D/sudoku-new" \
-        --minutes "$SUDOKU_ADAPT_MIN" --out "$R/sudoku-adapted" run.threads=1 $SUDOKU_ADAPT_ARGS &
-      local first=$!
-      # shellcheck disable=SC2086
-      step sudoku-continue "$R/sudoku-continue/summary.json" "$TRMKIT" adapt "$SUDOKU_RUN" --data "$D/sudoku-new" \
-        --objective continue --minutes "$SUDOKU_ADAPT_MIN" --out "$R/sudoku-continue" run.threads=1 \
-        $SUDOKU_ADAPT_ARGS &
-      wait "$first"; wait $!
-    fi
+    if [ "$run" = "$R/sudoku-adapted" ]; then sudoku_at_once adapt continue; fi
+    # shellcheck disable=SC2086
+    if [ "$run" = "${more[0]:-}" ]; then sudoku_at_once $SUDOKU_MORE; fi
     step "sudoku-$name-new" - "$TRMKIT" eval "$run" --data "$D/sudoku-heldout" --steps "$SUDOKU_K" run.threads=2
     step "sudoku-$name-select" - "$TRMKIT" eval "$run" --data "$D/sudoku-heldout" --steps "$SUDOKU_K" --select 16 \
       --select-from variants --limit "$SUDOKU_SELECT" run.threads=2
@@ -240,6 +278,12 @@ $(selected "$lg/sudoku-$a-select.log") (continue $(selected "$lg/sudoku-$c-selec
 $(metric "$lg/sudoku-$a-17.log" exact_accuracy) (continue $(metric "$lg/sudoku-$c-17.log" exact_accuracy))"
   echo "== sudoku: adapt's held-out tenth by the checker, first -> last round: $(heldout_one_shot "$R/$a" 0) -> \
 $(heldout_one_shot "$R/$a" -1); continue $(heldout_one_shot "$R/$c" -1)"
+  for arm in $SUDOKU_MORE; do
+    echo "== sudoku: the $arm arm ($SUDOKU_ADAPT_MIN min): one-shot $(metric "$lg/sudoku-sudoku-$arm-new.log" \
+valid_solution_accuracy), --select 16 $(selected "$lg/sudoku-sudoku-$arm-select.log"), 17-clue hardest \
+$(metric "$lg/sudoku-sudoku-$arm-17.log" exact_accuracy); its held-out tenth, last round: \
+$(heldout_one_shot "$R/sudoku-$arm" -1)"
+  done
 }
 
 # ============================================================ arm: controls (TR-RPG and the controls)
