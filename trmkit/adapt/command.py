@@ -83,9 +83,9 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
     mine += [f"{SECTION}.{k}={v}" for k, v in (("checker", checker), ("heldout", heldout), ("objective", objective),
                                                        ("keep", keep)) if v is not None]
     extra = list(overrides or [])
-    if not any(o.startswith(("train.restore_best=", "train.early_stop_evals=")) for o in extra):
+    if not _given(extra, "train.restore_best", "train.early_stop_evals"):
         extra = ["train.restore_best=false", "train.early_stop_evals=0", *extra]  # they would judge by the old source
-    steps = [] if any(o.startswith("train.max_steps=") for o in extra) else ["train.max_steps=1"]  # set below
+    steps = [] if _given(extra, "train.max_steps") else ["train.max_steps=1"]  # set below
     timed = ([f"train.max_minutes={minutes:g}", "train.fit_to_time=true"] if minutes is not None
              else ["train.max_minutes=0", "train.fit_to_time=false"])
     if minutes is not None and minutes <= 0:
@@ -107,20 +107,25 @@ def _without_schedules(cfg: Config, overrides: list[str], log: Log) -> Config:
     depth curriculum would start the adaptation at a shallower recursion than RUN was trained to reach, and a
     curriculum stream or a generator's ramp would replay RUN's easiest samples first, over the adaptation's
     own steps."""
-    given = lambda key: any(o.startswith(key + "=") for o in overrides)  # noqa: E731
-    if cfg.train.depth_curriculum and not given("train.depth_curriculum"):
+    if cfg.train.depth_curriculum and not _given(overrides, "train.depth_curriculum"):
         log(f"adapt: train.depth_curriculum={cfg.train.depth_curriculum!r} -> '' (RUN's depth from the first step: "
             "a depth curriculum is for training from scratch)")
         cfg = config_mod.replace(cfg, "train", depth_curriculum="")
-    if cfg.data.stream == "curriculum" and not given("data.stream"):
+    if cfg.data.stream == "curriculum" and not _given(overrides, "data.stream"):
         log("adapt: data.stream=curriculum -> store (the replay draws from all of RUN's training split: a "
             "curriculum would start again from its easiest samples)")
         cfg = config_mod.replace(cfg, "data", stream="store", curriculum_samples=0)
-    if cfg.data.stream == "generate" and cfg.data.curriculum_samples and not given("data.curriculum_samples"):
+    ramp = cfg.data.stream == "generate" and cfg.data.curriculum_samples
+    if ramp and not _given(overrides, "data.curriculum_samples"):
         log(f"adapt: data.curriculum_samples={cfg.data.curriculum_samples} -> 0 (the replay is generated at RUN's "
             "full difficulty from the first sample: a ramp would start again from its easiest)")
         cfg = config_mod.replace(cfg, "data", curriculum_samples=0)
     return cfg
+
+
+def _given(overrides: list[str], *keys: str) -> bool:
+    """Whether the user set any of these dotted keys in the KEY=VALUE overrides."""
+    return any(o.startswith(tuple(f"{k}=" for k in keys)) for o in overrides)
 
 
 def _absolute_checker(spec: str | None) -> str | None:
