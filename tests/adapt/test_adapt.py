@@ -227,3 +227,18 @@ def test_schedules_for_training_from_scratch_are_not_started_again(base, tmp_pat
     cfg = new_config(run, base / "new", plugins(accept_some), overrides=[*SMALL, "train.depth_curriculum=0.5,0.8"],
                      out=str(tmp_path / "b"), log=lambda m: None)
     assert cfg.train.depth_curriculum == "0.5,0.8"  # set again by the user: kept
+
+
+def test_a_lower_train_lr_lowers_the_puzzle_embeddings_rate_in_the_same_ratio(base, tmp_path):
+    was = config_mod.load(rundir.path(base / "run", rundir.CONFIG), [], dict(plugins(accept_some).sections)).train
+    said: list[str] = []
+    cfg = new_config(base / "run", base / "new", plugins(accept_some), overrides=[*SMALL, f"train.lr={was.lr / 10:g}"],
+                     out=str(tmp_path / "a"), log=said.append)
+    assert cfg.train.puzzle_emb_lr == pytest.approx(was.puzzle_emb_lr / 10)
+    assert any(m.startswith(f"adapt: train.puzzle_emb_lr={was.puzzle_emb_lr:g} -> ") for m in said)
+    cfg = new_config(base / "run", base / "new", plugins(accept_some), out=str(tmp_path / "b"), log=lambda m: None,
+                     overrides=[*SMALL, f"train.lr={was.lr / 10:g}", "train.puzzle_emb_lr=0.5"])
+    assert cfg.train.puzzle_emb_lr == 0.5  # set by the user: kept
+    cfg = new_config(base / "run", base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "c"),
+                     log=lambda m: None)
+    assert cfg.train.puzzle_emb_lr == was.puzzle_emb_lr  # train.lr not given: RUN's rates

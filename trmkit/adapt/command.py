@@ -95,6 +95,7 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
                           dict(plugins.sections))
     acfg = adapt_config(cfg)
     cfg = _without_schedules(cfg, extra, log)
+    cfg = _embedding_rate(cfg, run_dir, extra, plugins, log)
     if steps:
         cfg = config_mod.replace(cfg, "train", max_steps=acfg.rounds * acfg.round_steps)
         log(f"adapt: train.max_steps={cfg.train.max_steps} (adapt.rounds={acfg.rounds} x adapt.round_steps="
@@ -121,6 +122,23 @@ def _without_schedules(cfg: Config, overrides: list[str], log: Log) -> Config:
             "full difficulty from the first sample: a ramp would start again from its easiest)")
         cfg = config_mod.replace(cfg, "data", curriculum_samples=0)
     return cfg
+
+
+def _embedding_rate(cfg: Config, run_dir: Path, overrides: list[str], plugins: Plugins, log: Log) -> Config:
+    """cfg with train.puzzle_emb_lr scaled as the user scaled train.lr from RUN's (printed), unless set too.
+
+    The puzzle embedding has its own sign-SGD rate, which train.lr does not move: a user who lowers train.lr
+    to adapt gently would otherwise step the embedding shared by every puzzle at RUN's full rate (a noisy
+    gradient, such as TR-RPG's, then walks it away from what the rest of the weights expect)."""
+    if not _given(overrides, "train.lr") or _given(overrides, "train.puzzle_emb_lr") or cfg.model.puzzle_emb_len == 0:
+        return cfg
+    was = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [], dict(plugins.sections)).train
+    if was.lr <= 0 or cfg.train.lr == was.lr:
+        return cfg
+    rate = was.puzzle_emb_lr * cfg.train.lr / was.lr
+    log(f"adapt: train.puzzle_emb_lr={was.puzzle_emb_lr:g} -> {rate:g} (train.lr {was.lr:g} -> {cfg.train.lr:g}: the "
+        "puzzle embedding's rate follows in the same ratio; set train.puzzle_emb_lr to choose it)")
+    return config_mod.replace(cfg, "train", puzzle_emb_lr=rate)
 
 
 def _given(overrides: list[str], *keys: str) -> bool:
