@@ -182,7 +182,8 @@ valid_path_accuracy), after $(metric "$lg/maze-after-30.log" valid_path_accuracy
 # control shows how much of a rise any further training gives such borderline puzzles).
 # Beside it at equal CPU time, run at the same time on one thread each: continued training on the 17-clue
 # collection (--objective continue). Both start at train.lr=2e-4, the base's last rate (2e-3 x lr_min_ratio
-# 0.1): the preset's 2e-3 would restart a converged model at its largest rate.
+# 0.1): the preset's 2e-3 would restart a converged model at its largest rate (adapt lowers the puzzle
+# embedding's rate in the same ratio, 1e-2 -> 1e-3, and prints it).
 SUDOKU_RUN=${SUDOKU_RUN:-$OUT/runs/sudoku-deep}
 SUDOKU_STEPS=${SUDOKU_STEPS:-13250}
 SUDOKU_THREADS=${SUDOKU_THREADS:-2}
