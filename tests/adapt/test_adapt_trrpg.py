@@ -110,3 +110,24 @@ def test_arms_that_cannot_work_are_refused_with_the_reason(base, tmp_path):
         adapted(base, tmp_path / "x", accept_some, "adapt.objective=tr-rpg", "adapt.keep=vote")
     with pytest.raises(ConfigError, match="at least 2"):
         adapted(base, tmp_path / "y", accept_some, "adapt.objective=tr-rpg", "adapt.trajectories=1")
+
+
+def test_the_policy_is_the_distribution_the_model_was_trained_to_give():
+    """A stable-max model's tries are drawn from stable-max, not from a softmax of its logits (near one-hot:
+    logits tens of units apart); the try's log-probability is the sum of its credited cells'."""
+    import torch
+
+    from trmkit.adapt.trrpg import _draw, _try_logp, cell_logp
+
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [30.0, 0.0, 0.0]]])  # (1, 2, 3)
+    stable = cell_logp(logits, 1.0, "stablemax").exp()
+    assert torch.allclose(stable[0, 0], torch.tensor([3.0, 1.0, 0.5]) / 4.5)  # s(x) = x + 1, 1 / (1 - x)
+    assert stable[0, 1, 0] == pytest.approx(31 / 33)  # a softmax would give 1 - 2e-13
+    assert cell_logp(logits, 1.0, "softmax")[0, 1, 0] > -1e-9
+    credit = torch.tensor([[True, False]])
+    tries = _draw(cell_logp(logits, 1.0, "stablemax"), 4000, credit, torch.Generator().manual_seed(0))
+    shares = torch.bincount(tries[0, :, 0], minlength=3).float() / 4000
+    assert torch.allclose(shares, stable[0, 0], atol=0.03)
+    assert (tries[0, :, 1] == 0).all()  # an uncredited cell is the argmax
+    logp = _try_logp(cell_logp(logits, 1.0, "stablemax"), tries[:, :3], credit)
+    assert torch.allclose(logp, stable[0, 0].log()[tries[0, :3, 0]].unsqueeze(0))

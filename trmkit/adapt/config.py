@@ -46,7 +46,7 @@ class AdaptConfig:
     # objective=tr-rpg (adapt/trrpg.py): each step samples rpg_problems adapt problems, trajectories tries each
     rpg_problems: int = 8  # problems per TR-RPG step (each one's tries form a group: its leave-one-out baseline)
     rpg_epochs: int = 2  # updates per step on the same tries (after the first, they come from an older policy)
-    rpg_temperature: float = 1.0  # the policy: softmax(answer logits / temperature) per cell, cells independent
+    rpg_temperature: float = 1.0  # the policy per cell: the model's distribution (model.loss) of logits / temperature
     rpg_beta: float = 0.0  # TR-RPG's beta * log w term (rl/loss.py): a KL-style pull toward the tries' policy
     rpg_clip: float = 1.0  # clip of log w, the importance weight's log (rl/loss.py)
     kl_coef: float = 0.05  # weight of KL(pi_theta || pi_start) over the answer cells: the starting model's policy

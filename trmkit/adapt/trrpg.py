@@ -5,7 +5,8 @@ One trainer step, top to bottom:
 
   1. rollout: adapt.rpg_problems problems of the adapt part, drawn by a generator seeded with the step; one
      forward of each at K supervision steps from the initial carry with the live weights; adapt.trajectories
-     tries per problem, each cell drawn from softmax(answer logits / adapt.rpg_temperature);
+     tries per problem, each cell drawn from the model's own distribution of the answer logits / adapt.rpg_temperature
+     (`cell_logp`: stable-max for a model trained with it, model.loss; softmax otherwise);
   2. reward: the checker's verdict on each try, 1 or 0; advantages: rl/rewards.py `group_advantages`, the
      task-relative baseline of the problem's group (each try's reward minus the mean of its other tries),
      divided by the step's standard deviation; a problem whose tries all score alike gives no gradient;
@@ -21,7 +22,7 @@ One trainer step, top to bottom:
      step: weight decay alone would otherwise move them.
 
 Why cells drawn from the predicted distribution, not train/select.py's noise trajectories: a policy gradient
-weighs each try by log pi(try), and a try drawn cell by cell from the softmax has an exact probability (the
+weighs each try by log pi(try), and a try drawn cell by cell from the model's distribution has an exact probability (the
 product of its cells', as rl/policy.py's TRM policy), while the argmax of a noised carry is a deterministic
 function of the noise with no probability to weigh. One forward gives all G tries of a problem.
 
@@ -29,7 +30,11 @@ Departures from the supervised trainer and from rl/selfplay.py, and why:
 - The policy is the K-th supervision step from the initial carry, the earlier K - 1 without gradients (as
   rl/policy.py), not the trainer's persistent ACT slots: pi_old must be the policy the tries came from.
 - The halting head is not trained (no reward reaches it); the supervised replay term trains only the cells.
-- Softmax cross-entropy in the replay term (the policy's own likelihood), not the trainer's stable-max loss.
+- The replay term is the cross-entropy of the K-th step from the initial carry (the policy's own likelihood, under
+  the model's loss: stable-max or softmax), not the trainer's deep supervision over the ACT slots.
+- The policy is the distribution the model was trained to give (`cell_logp`). A softmax over a stable-max model's
+  logits (tens of units apart) is near one-hot and hypersensitive: on a Sudoku model one update at lr 6.7e-5 moved
+  half the tries' log-probabilities by more than 1 and put 41 nats between the policy and the starting model.
 - Under train.mask_given, cells the input gives are set to their argmax, not drawn (no credit is given there).
 - An allocation failure halves the micro-batch (the memory guard's on_oom) as the trainer's step does.
 """
@@ -50,7 +55,7 @@ from trmkit.adapt.config import AdaptConfig
 from trmkit.adapt.solve import verdicts
 from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.stream import eval_batches
-from trmkit.model.losses import IGNORE
+from trmkit.model.losses import IGNORE, log_stablemax
 from trmkit.model.trm import TRM
 from trmkit.rl.loss import gather_logprobs, reference_kl, sft_loss, trrpg_loss
 from trmkit.rl.rewards import group_advantages
@@ -123,7 +128,7 @@ class TrRpg:
         self.steps, self.replayed, self.adapted = 0, 0, 0
         self.reward_sum, self.reward_count = 0.0, 0
         log(f"adapt: tr-rpg: each step {acfg.rpg_problems} problems x {acfg.trajectories} tries, cells drawn from "
-            f"softmax(logits / {acfg.rpg_temperature:g}) at K={self.k} (a try's probability is exact; noise "
+            f"{cfg.model.loss}(logits / {acfg.rpg_temperature:g}) at K={self.k} (a try's probability is exact; noise "
             f"trajectories have none); reward = the checker's verdict; baseline = the problem's other tries; "
             f"{acfg.rpg_epochs} update(s) a step; KL to the starting model x{acfg.kl_coef:g}; supervised replay of "
             f"the original training set x{acfg.rpg_replay:g}; beta {acfg.rpg_beta:g}, log w clipped to "
@@ -225,9 +230,10 @@ class TrRpg:
         for sl in _slices(len(pick), ctx.micro_batch):
             logits, _ = policy_logits(model, x[sl], pids[sl], self.k, ctx)  # (b, L, V)
             credit = answer_cells(x[sl, :logits.shape[1]], self.given)  # (b, L)
-            drawn = _draw(logits, a.trajectories, a.rpg_temperature, credit, gen)  # (b, G, L)
+            cells = cell_logp(logits, a.rpg_temperature, self.cfg.model.loss)  # (b, L, V)
+            drawn = _draw(cells, a.trajectories, credit, gen)  # (b, G, L)
             answers.append(drawn)
-            logp.append(_try_logp(F.log_softmax(logits / a.rpg_temperature, -1), drawn, credit))
+            logp.append(_try_logp(cells, drawn, credit))
             credits.append(credit)
         answers_t = torch.cat(answers)
         rewards = verdicts(src.checking, x_np[:, :answers_t.shape[2]],
@@ -257,7 +263,7 @@ class TrRpg:
 
         def policy(sl: slice) -> dict:
             logits, _ = policy_logits(model, t.inputs[sl], t.pids[sl], self.k, ctx)
-            cells = F.log_softmax(logits / a.rpg_temperature, -1)  # (b, L, V), read by both terms
+            cells = cell_logp(logits, a.rpg_temperature, self.cfg.model.loss)  # (b, L, V), read by both terms
             new = _try_logp(cells, t.answers[sl], t.credit[sl])  # (b, G)
             per, st = trrpg_loss(new, t.logp_old[sl], t.advantages[sl], a.rpg_beta, a.rpg_clip)
             loss = per.sum() / (P * G)
@@ -273,7 +279,7 @@ class TrRpg:
         def supervised(sl: slice) -> dict:
             x, y, pids = (r[sl] for r in replay)
             _, raw = policy_logits(model, x, pids, self.k, ctx)  # the step's own logits, as training reads them
-            logp = F.log_softmax(raw[:, :y.shape[1]], -1)
+            logp = cell_logp(raw[:, :y.shape[1]], 1.0, self.cfg.model.loss)
             keep = y != IGNORE
             token = gather_logprobs(logp, y.clamp_min(0))  # (b, L)
             per = sft_loss(token, keep.to(token.dtype))
@@ -295,7 +301,7 @@ class TrRpg:
             rundir.load_weights(self.reference, self.acfg.base_run, ctx.device)
             self.reference.requires_grad_(False)
         logits, _ = policy_logits(self.reference, x, pids, self.k, ctx)
-        return F.log_softmax(logits / self.acfg.rpg_temperature, -1)
+        return cell_logp(logits, self.acfg.rpg_temperature, self.cfg.model.loss)
 
     def _metrics(self, t: Tries, stats: dict, replay, signal: bool, opts: Optimizers) -> dict[str, float]:
         solved = t.rewards.max(1)
@@ -314,14 +320,23 @@ def _slices(n: int, size: int) -> list[slice]:
     return [slice(s, min(n, s + max(1, size))) for s in range(0, n, max(1, size))]
 
 
-def _draw(logits: torch.Tensor, g: int, temperature: float, credit: torch.Tensor, gen: torch.Generator
-          ) -> torch.Tensor:
-    """(b, G, L) tries: each credited cell drawn from softmax(logits / temperature), the others the argmax."""
-    b, L, V = logits.shape
-    probs = F.softmax(logits / temperature, -1).reshape(b * L, V).cpu()
+def cell_logp(logits: torch.Tensor, temperature: float, loss: str) -> torch.Tensor:
+    """(b, L, V) float32 log-probabilities of each cell's id under the model's own distribution (model.loss:
+    stable-max, computed in float64 as the loss is, or softmax) of logits / temperature."""
+    scaled = logits.float() / temperature
+    if loss == "stablemax":
+        return log_stablemax(scaled.double(), dim=-1).float()
+    return F.log_softmax(scaled, -1)
+
+
+def _draw(cells: torch.Tensor, g: int, credit: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """(b, G, L) tries: each credited cell drawn from its distribution (log-probabilities `cells`, (b, L, V)),
+    the others the argmax."""
+    b, L, V = cells.shape
+    probs = cells.exp().reshape(b * L, V).cpu()
     drawn = torch.multinomial(probs, g, replacement=True, generator=gen).view(b, L, g).permute(0, 2, 1)
-    drawn = drawn.to(logits.device)
-    greedy = logits.argmax(-1).unsqueeze(1).expand(-1, g, -1)
+    drawn = drawn.to(cells.device)
+    greedy = cells.argmax(-1).unsqueeze(1).expand(-1, g, -1)
     return torch.where(credit.unsqueeze(1), drawn, greedy).contiguous()
 
 
