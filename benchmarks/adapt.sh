@@ -5,9 +5,11 @@
 #   ARMS=latin OUT=/tmp/adapt bash benchmarks/adapt.sh
 #   ARMS=maze MAZE_RUN=runs/maze-trace MAZE_SIZE=45 MAZE_ADAPT_MIN=25 bash benchmarks/adapt.sh
 #   ARMS=sudoku SUDOKU_RUN=runs/sudoku-deep bash benchmarks/adapt.sh
+#   ARMS=small SMALL_MIN=30 SMALL_ARMS="pseudo continue" bash benchmarks/adapt.sh   # a laptop-size Sudoku
 #   ARMS=sudoku SUDOKU_RUN=runs/sudoku-deep SUDOKU_SRC=missed SUDOKU_NEW=474 SUDOKU_MORE="tr-rpg vote" bash benchmarks/adapt.sh
 #
-# One section per arm below (latin, maze, sudoku; the controls and the TR-RPG arm go in sections of their own).
+# One section per arm below (latin, maze, sudoku, small; the controls and the TR-RPG arm go in sections of their
+# own).
 # Every step whose output exists is skipped, so a stopped run goes on where it was. Everything runs under
 # `nice -n $NICE` with one thread (run.threads=1, OMP_NUM_THREADS=1), so the arms compare at equal CPU time;
 # the CPU is printed first. Figures are the lines "== ARM: ..." at the end of each section (and docs/adapt.md).
@@ -286,6 +288,63 @@ $(metric "$lg/sudoku-sudoku-$arm-17.log" exact_accuracy); its held-out tenth, la
 $(heldout_one_shot "$R/sudoku-$arm" -1)"
   done
 }
+
+# ============================================================ arm: small (a laptop-size Sudoku, every arm)
+# The README demo's preset (configs/sudoku-laptop.yaml) trained SMALL_BASE_MIN minutes on generated puzzles with
+# 34-40 givens (its schedule fitted to the time, so it ends at its last rate), adapted on 400 generated puzzles
+# with 30-33 givens (seed 77; a fifth held out per round), every arm of SMALL_ARMS at --minutes SMALL_MIN, two at
+# a time, a thread each. Scored one-shot (`trmkit predict --steps auto`, the adapt rounds' one-shot) on 500 other
+# 30-33 puzzles (seed 78), paired against the pseudo arm, and on 500 other 34-40 puzzles (seed 55, exact): old skill.
+SMALL_BASE_MIN=${SMALL_BASE_MIN:-8}
+SMALL_MIN=${SMALL_MIN:-8}
+SMALL_ARMS=${SMALL_ARMS:-pseudo continue vote tr-rpg}
+SMALL_ARGS=${SMALL_ARGS:-train.lr=2e-4 adapt.solve_limit=80}
+small_arm() {
+  local S=$OUT/small R=$OUT/runs lg=$OUT/logs
+  mkdir -p "$S"
+  step small-data-old "$S/easy" "$TRMKIT" data sudoku --source generate --num 1100 --givens 34-40 --aug 4 \
+    --test-fraction 0.09 --out "$S/easy"
+  step small-data-new "$S/new" "$TRMKIT" data sudoku --source generate --num 400 --givens 30-33 --test-fraction 0.5 \
+    --seed 77 --out "$S/new"
+  step small-data-new500 "$S/new500" "$TRMKIT" data sudoku --source generate --num 500 --givens 30-33 \
+    --test-fraction 1 --seed 78 --out "$S/new500"
+  step small-data-old500 "$S/old500" "$TRMKIT" data sudoku --source generate --num 500 --givens 34-40 \
+    --test-fraction 1 --seed 55 --out "$S/old500"
+  "$PY" -c "import json, numpy as np, sys; v = json.load(open(sys.argv[1] + '/test/meta.json'))['vocab']
+open(sys.argv[2], 'w').write(''.join(''.join(v[t] for t in r) + '\n' for r in np.load(sys.argv[1] + '/test/inputs.npy')))" \
+    "$S/new500" "$S/new500.txt"
+  step small-base "$R/small-base/summary.json" "$TRMKIT" train configs/sudoku-laptop.yaml data.path="$S/easy" \
+    run.dir="$R/small-base" run.threads=2 --minutes "$SMALL_BASE_MIN"
+  local arm pids=() runs=(small-base)
+  for arm in $SMALL_ARMS; do
+    local how="--objective $arm"
+    [ "$arm" = vote ] && how="--keep vote"
+    runs+=("small-$arm")
+    # shellcheck disable=SC2086
+    step "small-$arm" "$R/small-$arm/summary.json" "$TRMKIT" adapt "$R/small-base" --data "$S/new" $how \
+      --minutes "$SMALL_MIN" --out "$R/small-$arm" run.threads=1 $SMALL_ARGS &
+    pids+=($!)
+    if [ "${#pids[@]}" = 2 ]; then wait "${pids[@]}"; pids=(); fi
+  done
+  [ "${#pids[@]}" = 0 ] || wait "${pids[@]}"
+  for arm in "${runs[@]}"; do
+    step "small-$arm-predict" "$S/$arm.tsv" "$TRMKIT" predict "$R/$arm" "$S/new500.txt" --steps auto --out "$S/$arm.tsv"
+    step "small-$arm-old" - "$TRMKIT" eval "$R/$arm" --data "$S/old500" run.threads=1
+    echo "== small: $arm: old 500 exact $(metric "$lg/small-$arm-old.log" exact_accuracy)"
+  done
+  "$PY" - "$S" "${runs[@]}" <<'EOF'
+import math, sys
+where, runs = sys.argv[1], sys.argv[2:]
+right = {r: [line.split("\t")[1].startswith("valid") for line in open(f"{where}/{r}.tsv")] for r in runs}
+first = "small-pseudo" if "small-pseudo" in runs else runs[0]
+for r in runs:
+    d = [a - b for a, b in zip(right[first], right[r])]
+    m, n = sum(d) / len(d), len(d)
+    se = math.sqrt(sum((x - m) ** 2 for x in d) / max(1, n - 1) / n)
+    print(f"== small: {r}: one-shot on 500 new {sum(right[r]) / n:.3f}; {first} - {r} {m:+.3f} (SE {se:.3f})")
+EOF
+}
+# ============================================================ end of small
 
 # ============================================================ arm: controls (TR-RPG and the controls)
 # On the latin arm's setting (its data and base run, made first when absent), at the same minutes as its adapt
