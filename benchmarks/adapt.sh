@@ -310,7 +310,7 @@ small_arm() {
     --test-fraction 1 --seed 78 --out "$S/new500"
   step small-data-old500 "$S/old500" "$TRMKIT" data sudoku --source generate --num 500 --givens 34-40 \
     --test-fraction 1 --seed 55 --out "$S/old500"
-  "$PY" -c "import json, numpy as np, sys; v = json.load(open(sys.argv[1] + '/test/meta.json'))['vocab']
+  [ -e "$S/new500.txt" ] || "$PY" -c "import json, numpy as np, sys; v = json.load(open(sys.argv[1] + '/test/meta.json'))['vocab']
 open(sys.argv[2], 'w').write(''.join(''.join(v[t] for t in r) + '\n' for r in np.load(sys.argv[1] + '/test/inputs.npy')))" \
     "$S/new500" "$S/new500.txt"
   step small-base "$R/small-base/summary.json" "$TRMKIT" train configs/sudoku-laptop.yaml data.path="$S/easy" \

@@ -48,14 +48,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trmkit import rundir
 from trmkit.adapt.config import AdaptConfig
 from trmkit.adapt.solve import verdicts
 from trmkit.config import Config, ConfigError, TrainConfig
 from trmkit.data.stream import eval_batches
-from trmkit.model.losses import IGNORE, log_stablemax
+from trmkit.model.losses import IGNORE, log_probs
 from trmkit.model.trm import TRM
 from trmkit.rl.loss import gather_logprobs, reference_kl, sft_loss, trrpg_loss
 from trmkit.rl.rewards import group_advantages
@@ -321,12 +320,9 @@ def _slices(n: int, size: int) -> list[slice]:
 
 
 def cell_logp(logits: torch.Tensor, temperature: float, loss: str) -> torch.Tensor:
-    """(b, L, V) float32 log-probabilities of each cell's id under the model's own distribution (model.loss:
-    stable-max, computed in float64 as the loss is, or softmax) of logits / temperature."""
-    scaled = logits.float() / temperature
-    if loss == "stablemax":
-        return log_stablemax(scaled.double(), dim=-1).float()
-    return F.log_softmax(scaled, -1)
+    """(b, L, V) float32 log-probabilities of each cell's id under the model's own distribution (model.loss;
+    model/losses.py `log_probs`) of logits / temperature."""
+    return log_probs(logits.float() / temperature, loss).float()
 
 
 def _draw(cells: torch.Tensor, g: int, credit: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -42,16 +42,25 @@ def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.log(s / s.sum(dim=dim, keepdim=True))
 
 
+def log_probs(logits: torch.Tensor, kind: str = "stablemax") -> torch.Tensor:
+    """Log-probabilities over the last dim under the loss's distribution (model.loss): stable-max in float64,
+    or softmax in float32 (logsumexp is stable). What the loss trains, and what a policy drawn from the model
+    samples (adapt/trrpg.py)."""
+    if kind == "softmax":
+        return F.log_softmax(logits.float(), dim=-1)
+    return log_stablemax(logits.to(torch.float64), dim=-1)
+
+
 def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
                             weights: torch.Tensor | None = None) -> torch.Tensor:
     """Per-cell loss (B, L); cells labelled IGNORE get 0; weights (V,) scale each label's cells."""
-    return _label_nll(log_stablemax(logits.to(torch.float64), dim=-1), labels, weights)
+    return _label_nll(log_probs(logits, "stablemax"), labels, weights)
 
 
 def softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
                           weights: torch.Tensor | None = None) -> torch.Tensor:
-    """As stablemax_cross_entropy, with the softmax (float32: logsumexp is stable)."""
-    return _label_nll(F.log_softmax(logits.float(), dim=-1), labels, weights)
+    """As stablemax_cross_entropy, with the softmax."""
+    return _label_nll(log_probs(logits, "softmax"), labels, weights)
 
 
 def _label_nll(logp: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
