@@ -242,3 +242,27 @@ def test_a_lower_train_lr_lowers_the_puzzle_embeddings_rate_in_the_same_ratio(ba
     cfg = new_config(base / "run", base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "c"),
                      log=lambda m: None)
     assert cfg.train.puzzle_emb_lr == was.puzzle_emb_lr  # train.lr not given: RUN's rates
+
+
+def test_the_rate_is_runs_last_one_unless_train_lr_is_given(base, tmp_path):
+    """RUN's config holds its peak rate; a run whose schedule decayed continues from where it ended, and the
+    puzzle embedding's rate follows in the same ratio."""
+    run = tmp_path / "run"
+    shutil.copytree(base / "run", run)
+    was = config_mod.load(rundir.path(run, rundir.CONFIG), [], dict(plugins(accept_some).sections)).train
+    with open(rundir.path(run, rundir.METRICS), "a") as f:  # as if its schedule had ended at a quarter of its peak
+        f.write(json.dumps({"step": 99, "train/lr": was.lr / 4}) + "\n")
+    said: list[str] = []
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "a"),
+                     log=said.append)
+    assert cfg.train.lr == pytest.approx(was.lr / 4) and cfg.train.puzzle_emb_lr == pytest.approx(was.puzzle_emb_lr / 4)
+    assert any(m.startswith(f"adapt: train.lr={was.lr:g} -> {was.lr / 4:.3g} (RUN's rate at its last logged step, 99")
+               for m in said)
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=[*SMALL, "train.lr=1e-3"],
+                     out=str(tmp_path / "b"), log=lambda m: None)
+    assert cfg.train.lr == 1e-3  # set by the user: kept
+    rundir.path(run, rundir.METRICS).write_text("")
+    said.clear()
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "c"),
+                     log=said.append)
+    assert cfg.train.lr == was.lr and any("logs no rate to continue from" in m for m in said)

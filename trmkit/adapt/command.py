@@ -95,6 +95,7 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
                           dict(plugins.sections))
     acfg = adapt_config(cfg)
     cfg = _without_schedules(cfg, extra, log)
+    cfg, extra = _last_rate(cfg, run_dir, extra, log)
     cfg = _embedding_rate(cfg, run_dir, extra, plugins, log)
     if steps:
         cfg = config_mod.replace(cfg, "train", max_steps=acfg.rounds * acfg.round_steps)
@@ -122,6 +123,28 @@ def _without_schedules(cfg: Config, overrides: list[str], log: Log) -> Config:
             "full difficulty from the first sample: a ramp would start again from its easiest)")
         cfg = config_mod.replace(cfg, "data", curriculum_samples=0)
     return cfg
+
+
+def _last_rate(cfg: Config, run_dir: Path, overrides: list[str], log: Log) -> tuple[Config, list[str]]:
+    """(cfg, overrides) with train.lr at RUN's rate at its last logged step (printed), unless the user set
+    train.lr; overrides then name it as set, so that the puzzle embedding's rate follows (`_embedding_rate`).
+    RUN's config holds its peak rate: restarting a converged model there undoes what its schedule's end
+    settled (docs/adapt.md: every measured arm ran at the base's last rate)."""
+    if _given(overrides, "train.lr"):
+        return cfg, overrides
+    from trmkit.monitor.loggers import read_metrics
+
+    path = rundir.path(run_dir, rundir.METRICS)
+    rates = [(r["step"], r["train/lr"]) for r in (read_metrics(path) if path.is_file() else []) if "train/lr" in r]
+    if not rates:
+        log(f"adapt: train.lr={cfg.train.lr:g} (RUN's configured rate: {path} logs no rate to continue from)")
+        return cfg, overrides
+    step, rate = rates[-1]
+    if rate >= cfg.train.lr:
+        return cfg, overrides
+    log(f"adapt: train.lr={cfg.train.lr:g} -> {rate:.3g} (RUN's rate at its last logged step, {step}: its peak would "
+        "restart a trained model at its largest steps; set train.lr to choose)")
+    return config_mod.replace(cfg, "train", lr=float(f"{rate:.3g}")), [*overrides, f"train.lr={rate:.3g}"]
 
 
 def _embedding_rate(cfg: Config, run_dir: Path, overrides: list[str], plugins: Plugins, log: Log) -> Config:
