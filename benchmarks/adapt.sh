@@ -73,6 +73,7 @@ LATIN_ADAPT_MIN=${LATIN_ADAPT_MIN:-10}  # adapt's minutes, and the ceiling's
 LATIN_BLANKS4=${LATIN_BLANKS4:-2-10}    # blanks of a 4 x 4 puzzle (a range: drawn per puzzle)
 LATIN_BLANKS6=${LATIN_BLANKS6:-2-18}    # blanks of a 6 x 6 one: a pile of easy and hard puzzles
 LATIN_MODEL=${LATIN_MODEL:-model.mixer=conv model.puzzle_emb_len=0}  # overrides of configs/pairs-laptop.yaml
+LATIN_AUG=${LATIN_AUG:-}                # e.g. "--aug 4 --transforms shift": 4 x 4 copies all over the 6 x 6 canvas
 latin_arm() {  # shellcheck disable=SC2086 (LATIN_MODEL: several overrides)
   local L=$OUT R=$OUT/runs
   local gen="$PY examples/latin_squares.py --symbols 6"
@@ -84,7 +85,7 @@ latin_arm() {  # shellcheck disable=SC2086 (LATIN_MODEL: several overrides)
   step latin-gen-l6train "$L/l6train.jsonl" $gen --size 6 --num "$LATIN_NUM" --blanks "$LATIN_BLANKS6" --seed 3 \
     --out "$L/l6train.jsonl"
   step latin-data-l4 "$L/p-l4" "$TRMKIT" data pairs --source "$L/l4.jsonl" --out "$L/p-l4" --canvas 6x6 \
-    --symbols 0-6 --blank 0
+    --symbols 0-6 --blank 0 $LATIN_AUG
   step latin-data-l6in "$L/p-l6in" "$TRMKIT" data pairs --source "$L/l6in.jsonl" --out "$L/p-l6in" \
     --symbols 0-6 --test-fraction 0.5
   step latin-data-l6lab "$L/p-l6lab" "$TRMKIT" data pairs --source "$L/l6lab.jsonl" --out "$L/p-l6lab" \

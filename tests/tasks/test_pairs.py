@@ -223,6 +223,32 @@ def test_augmentation_only_with_the_named_symmetries_keeps_sudoku_answers_valid(
         build_pairs(tmp_path / "wide.jsonl", tmp_path / "f", aug=1, transforms="transpose", **quiet)
 
 
+def test_shift_places_each_copy_somewhere_on_a_larger_canvas_the_same_for_input_and_output(tmp_path):
+    """A model trained on 4 x 4 puzzles in the corner of a 6 x 6 canvas never sees the other cells filled;
+    `--transforms shift` places every copy (input and output alike) at a random offset instead."""
+    rng = np.random.default_rng(0)
+    pairs = []
+    for _ in range(20):
+        square = (np.arange(4)[:, None] + np.arange(4)[None, :]) % 4 + 1
+        hidden = square.copy()
+        hidden[rng.integers(0, 4), rng.integers(0, 4)] = 0
+        pairs.append({"input": hidden.tolist(), "output": square.tolist()})
+    _write(tmp_path / "l4.jsonl", pairs)
+    built = build_pairs(tmp_path / "l4.jsonl", tmp_path / "d", aug=6, transforms="shift", canvas="6x6",
+                        symbols="0-6", test_fraction=0.25, log=lambda m: None)
+    train, test = open_store(tmp_path / "d")["train"], open_store(tmp_path / "d")["test"]
+    assert built["train"] == 15 * 7
+    offsets = set()
+    for x, y in zip(np.asarray(train.inputs).reshape(-1, 6, 6), np.asarray(train.labels).reshape(-1, 6, 6)):
+        rows, cols = np.nonzero(y)  # the output's cells: a whole 4 x 4 block somewhere on the canvas
+        r, c = int(rows.min()), int(cols.min())
+        assert rows.max() - r == 3 and cols.max() - c == 3 and len(rows) == 16
+        assert np.all(x[r:r + 4, c:c + 4] > 0) and (x > 0).sum() == 16  # the input sits in the same place
+        offsets.add((r, c))
+    assert (0, 0) in offsets and len(offsets) >= 6  # the originals at the start, the copies all over
+    assert {tuple(np.argwhere(t.reshape(6, 6) > 0).min(0)) for t in np.asarray(test.inputs)} == {(0, 0)}
+
+
 def test_a_string_run_answers_strings_of_the_input_length(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     words = ["abé", "bca", "cab", "éab", "aé", "ba"] * 3

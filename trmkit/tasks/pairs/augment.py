@@ -25,6 +25,7 @@ GRID_TRANSFORMS = {
     "anti_transpose": lambda g: np.rot90(g, 2).T,
 }
 SWAPS_AXES = {"transpose", "rot90", "rot270", "anti_transpose"}
+SHIFT = "shift"  # not drawn with the others: every copy is also placed at a random offset on the canvas
 STRING_TRANSFORMS = {"reverse": lambda s: s[::-1]}
 
 
@@ -37,7 +38,9 @@ class Augment:
     permute: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        parts = ([f"a transform from identity, {', '.join(self.transforms)}"] if self.transforms else []) + \
+        drawn = [t for t in self.transforms if t != SHIFT]
+        parts = ([f"a transform from identity, {', '.join(drawn)}"] if drawn else []) + \
+            (["a random place on the canvas (shift)"] if SHIFT in self.transforms else []) + \
             ([f"a relabelling of {' '.join(self.permute)}"] if self.permute else [])
         return (f"augmentation: {self.copies} copies per training pair, each with {' and '.join(parts)} "
                 "(as named by --transforms/--permute); the test split is not augmented")
@@ -55,7 +58,7 @@ def parse_augment(copies: int, transforms: str | None, permute: str | None, layo
         return None
     if not names and not symbols:
         raise ValueError("--aug N needs the symmetries that keep your answers right: --transforms and/or --permute")
-    known = GRID_TRANSFORMS if layout.kind == "grid" else STRING_TRANSFORMS
+    known = [*(GRID_TRANSFORMS if layout.kind == "grid" else STRING_TRANSFORMS), SHIFT]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"--transforms {unknown}: a {layout.kind}'s transforms are {', '.join(known)}")
@@ -63,20 +66,29 @@ def parse_augment(copies: int, transforms: str | None, permute: str | None, layo
         raise ValueError(f"--transforms {sorted(SWAPS_AXES & set(names))} turn rows into columns, and the canvas "
                          f"{layout.canvas[0]} x {layout.canvas[1]} is not square")
     missing = [s for s in symbols if s not in layout.vocab[1:]]
-    if missing or len(set(symbols)) < 2:
+    if symbols and (missing or len(set(symbols)) < 2):  # --transforms alone names no symbol
         raise ValueError(f"--permute needs two or more distinct symbols of the data; {missing or symbols} "
                          f"(symbols: {' '.join(layout.vocab[1:21])})")
     return Augment(copies, names, tuple(dict.fromkeys(symbols)))
 
 
-def copies_of(x: Value, y: Value, aug: Augment, rng: np.random.Generator) -> list[tuple[Value, Value]]:
-    """`aug.copies` augmented versions of one pair."""
-    out = []
+Copy = tuple[Value, Value, "tuple[int, ...] | None"]  # input, output, offset on the canvas (None: its start)
+
+
+def copies_of(x: Value, y: Value, aug: Augment, rng: np.random.Generator,
+              canvas: tuple[int, ...] = ()) -> list[Copy]:
+    """`aug.copies` augmented versions of one pair; with `shift` named, each at a random offset on `canvas`
+    (the same for input and output: a puzzle that fills the canvas stays where it is)."""
+    out: list[Copy] = []
+    drawn = tuple(t for t in aug.transforms if t != SHIFT)
     for _ in range(aug.copies):
-        k = int(rng.integers(len(aug.transforms) + 1))  # 0: the identity, as often as each named transform
-        name = aug.transforms[k - 1] if k else None
+        k = int(rng.integers(len(drawn) + 1))  # 0: the identity, as often as each named transform
+        name = drawn[k - 1] if k else None
         relabel = dict(zip(aug.permute, rng.permutation(list(aug.permute)))) if aug.permute else {}
-        out.append((_apply(x, name, relabel), _apply(y, name, relabel)))
+        a, b = _apply(x, name, relabel), _apply(y, name, relabel)
+        at = (tuple(int(rng.integers(c - max(n, m) + 1)) for c, n, m in zip(canvas, a.shape, b.shape))
+              if SHIFT in aug.transforms else None)
+        out.append((a, b, at))
     return out
 
 

@@ -149,9 +149,10 @@ def _split(pairs: list[tuple[Value, Value]], layout: Layout, augment: Augment | 
            rng: np.random.Generator | None = None) -> SplitArrays:
     """Each pair is a group: itself and its augmented copies, one example each, one shared puzzle identifier."""
     per = 1 + (augment.copies if augment else 0)
-    rows = [c for x, y in pairs for c in [(x, y), *(copies_of(x, y, augment, rng) if augment else [])]]
-    inputs = np.stack([layout.encode(x) for x, _ in rows])  # (n, L)
-    labels = np.stack([layout.encode(y) for _, y in rows])  # (n, L); PAD (no loss) off each pair's shape
+    rows = [c for x, y in pairs
+            for c in [(x, y, None), *(copies_of(x, y, augment, rng, layout.canvas) if augment else [])]]
+    inputs = np.stack([layout.encode(x, at) for x, _, at in rows])  # (n, L)
+    labels = np.stack([layout.encode(y, at) for _, y, at in rows])  # (n, L); PAD (no loss) off each pair's shape
     n = len(rows)
     return SplitArrays(inputs=inputs, labels=labels, puzzle_identifiers=np.zeros(n, dtype=np.uint8),
                        puzzle_indices=np.arange(n + 1), group_indices=np.arange(0, n + 1, per))

@@ -149,12 +149,14 @@ class Layout:
         if unknown:
             raise PairError("unknown_symbol", f"symbols {unknown[:5]} were never seen in training")
 
-    def encode(self, value: Value) -> np.ndarray:
-        """(seq_len,) token ids of `value` on the canvas, PAD (0) around it."""
+    def encode(self, value: Value, at: tuple[int, ...] | None = None) -> np.ndarray:
+        """(seq_len,) token ids of `value` on the canvas, PAD (0) around it; at its start, or from the offset
+        `at` (training copies placed elsewhere on the canvas: augment.py's shift)."""
         index = {s: i for i, s in enumerate(self.vocab)}
         out = np.zeros(self.canvas, dtype=np.int64)
         ids = np.array([index[s] for s in value.symbols], dtype=np.int64).reshape(value.shape)
-        out[tuple(slice(0, n) for n in value.shape)] = ids
+        at = at or (0,) * len(value.shape)
+        out[tuple(slice(a, a + n) for a, n in zip(at, value.shape))] = ids
         return out.reshape(-1)
 
     def decode(self, tokens: np.ndarray, shape: tuple[int, ...]) -> Any:

@@ -34,7 +34,10 @@ class PairsOptions(BuildOptions):
     aug: int = option(0, "augmented copies per training pair (default none: name the symmetries that keep your "
                          "answers right with --transforms and/or --permute)", metavar="N")
     transforms: str | None = option(None, "with --aug: transforms of input and output alike, for grids "
-                                          f"{','.join(GRID_TRANSFORMS)}, for strings {','.join(STRING_TRANSFORMS)}",
+                                          f"{','.join(GRID_TRANSFORMS)}, for strings {','.join(STRING_TRANSFORMS)}; "
+                                          "and shift: each copy also at a random place on a --canvas larger than "
+                                          "the pair (a model that then meets larger puzzles has seen every cell "
+                                          "filled)",
                                     metavar="LIST")
     permute: str | None = option(None, "with --aug: symbols that may be relabelled among themselves, e.g. "
                                        "1,2,3,4,5,6 for a Sudoku's digits (one random relabelling per copy, the "
