@@ -244,9 +244,10 @@ def test_a_lower_train_lr_lowers_the_puzzle_embeddings_rate_in_the_same_ratio(ba
     assert cfg.train.puzzle_emb_lr == was.puzzle_emb_lr  # train.lr not given: RUN's rates
 
 
-def test_the_rate_is_runs_last_one_unless_train_lr_is_given(base, tmp_path):
-    """RUN's config holds its peak rate; a run whose schedule decayed continues from where it ended, and the
-    puzzle embedding's rate follows in the same ratio."""
+def test_tr_rpg_starts_at_runs_last_rate_and_the_kept_answers_at_its_configured_one(base, tmp_path):
+    """RUN's config holds its peak rate; TR-RPG continues from where RUN's schedule ended (at the peak it wrecked
+    the policy), and the puzzle embedding's rate follows in the same ratio; training on kept answers keeps RUN's
+    configured rate (it did as well there); a train.lr given is kept; each printed."""
     run = tmp_path / "run"
     shutil.copytree(base / "run", run)
     was = config_mod.load(rundir.path(run, rundir.CONFIG), [], dict(plugins(accept_some).sections)).train
@@ -254,15 +255,21 @@ def test_the_rate_is_runs_last_one_unless_train_lr_is_given(base, tmp_path):
         f.write(json.dumps({"step": 99, "train/lr": was.lr / 4}) + "\n")
     said: list[str] = []
     cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "a"),
-                     log=said.append)
+                     objective="tr-rpg", log=said.append)
     assert cfg.train.lr == pytest.approx(was.lr / 4) and cfg.train.puzzle_emb_lr == pytest.approx(was.puzzle_emb_lr / 4)
-    assert any(m.startswith(f"adapt: train.lr={was.lr:g} -> {was.lr / 4:.3g} (RUN's rate at its last logged step, 99")
+    assert any(m.startswith(f"adapt: train.lr={was.lr:g} -> {was.lr / 4:.3g} (tr-rpg: RUN's rate at its last logged "
+                            "step, 99") for m in said)
+    said.clear()
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "b"),
+                     log=said.append)
+    assert cfg.train.lr == was.lr and cfg.train.puzzle_emb_lr == was.puzzle_emb_lr
+    assert any(m.startswith(f"adapt: train.lr={was.lr:g} (RUN's configured rate; training on kept answers")
                for m in said)
     cfg = new_config(run, base / "new", plugins(accept_some), overrides=[*SMALL, "train.lr=1e-3"],
-                     out=str(tmp_path / "b"), log=lambda m: None)
+                     out=str(tmp_path / "c"), objective="tr-rpg", log=lambda m: None)
     assert cfg.train.lr == 1e-3  # set by the user: kept
     rundir.path(run, rundir.METRICS).write_text("")
     said.clear()
-    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "c"),
-                     log=said.append)
+    cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "d"),
+                     objective="tr-rpg", log=said.append)
     assert cfg.train.lr == was.lr and any("logs no rate to continue from" in m for m in said)
