@@ -145,13 +145,13 @@ def groups_of(store: str | Path) -> Groups | None:
     thread | sender`; meta.json's build.split), read from the subjects / senders in train/ and unlabelled/
     messages.json (the keys the split used: email/prepare.py); None for any other split. An empty key is a
     group of its own message, as in the split."""
-    from trmkit.data.store import read_meta
+    from trmkit.data.store import META_FILE, read_meta
     from trmkit.email.fewlabels import UNLABELLED
     from trmkit.email.prepare import GROUP_SPLITS, sender_key, thread_key
     from trmkit.email.task import MESSAGES_FILE
 
     store = Path(store)
-    by = (read_meta(store / "train" / "meta.json").build or {}).get("split")
+    by = (read_meta(store / "train" / META_FILE).build or {}).get("split")
     if by not in GROUP_SPLITS:
         return None
     ids: dict[str, int] = {}
