@@ -95,7 +95,7 @@ def new_config(run_dir: Path, data: Path, plugins: Plugins, overrides: list[str]
                           dict(plugins.sections))
     acfg = adapt_config(cfg)
     cfg = _without_schedules(cfg, extra, log)
-    cfg, extra = _last_rate(cfg, acfg.objective, run_dir, extra, log)
+    cfg = _last_rate(cfg, acfg.objective, run_dir, extra, log)
     cfg = _embedding_rate(cfg, run_dir, extra, plugins, log)
     if steps:
         cfg = config_mod.replace(cfg, "train", max_steps=acfg.rounds * acfg.round_steps)
@@ -125,19 +125,17 @@ def _without_schedules(cfg: Config, overrides: list[str], log: Log) -> Config:
     return cfg
 
 
-def _last_rate(cfg: Config, objective: str, run_dir: Path, overrides: list[str], log: Log
-               ) -> tuple[Config, list[str]]:
-    """(cfg, overrides) with train.lr, unless the user set it: RUN's configured (peak) rate for training on kept
-    answers, RUN's rate at its last logged step for TR-RPG (each printed with its reason); overrides then name
-    the rate as set, so that the puzzle embedding's follows (`_embedding_rate`). Measured on the laptop Sudoku
+def _last_rate(cfg: Config, objective: str, run_dir: Path, overrides: list[str], log: Log) -> Config:
+    """cfg with train.lr, unless the user set it: RUN's configured (peak) rate for training on kept answers,
+    RUN's rate at its last logged step for TR-RPG (each printed with its reason). Measured on the laptop Sudoku
     (docs/adapt.md): pseudo-labels at the peak 2e-3 reached 0.740 one-shot against 0.696 at the last rate 2e-4
     (paired +0.044, SE 0.024; old skill 0.902 against 0.914), while TR-RPG at the peak fell to 0.452 from 0.566."""
     if _given(overrides, "train.lr"):
-        return cfg, overrides
+        return cfg
     if objective != "tr-rpg":
         log(f"adapt: train.lr={cfg.train.lr:g} (RUN's configured rate; training on kept answers did as well there as "
             "at RUN's last rate, docs/adapt.md; set train.lr to choose)")
-        return cfg, overrides
+        return cfg
     from trmkit.monitor.loggers import read_metrics
 
     path = rundir.path(run_dir, rundir.METRICS)
@@ -145,20 +143,21 @@ def _last_rate(cfg: Config, objective: str, run_dir: Path, overrides: list[str],
     if not rates or rates[-1][1] >= cfg.train.lr:
         log(f"adapt: train.lr={cfg.train.lr:g} (RUN's configured rate: "
             + (f"{path} logs no rate to continue from)" if not rates else "its last logged rate was no lower)"))
-        return cfg, overrides
+        return cfg
     step, rate = rates[-1]
     log(f"adapt: train.lr={cfg.train.lr:g} -> {rate:.3g} (tr-rpg: RUN's rate at its last logged step, {step}; its peak "
         "wrecked the policy in the measured runs, docs/adapt.md; set train.lr to choose)")
-    return config_mod.replace(cfg, "train", lr=float(f"{rate:.3g}")), [*overrides, f"train.lr={rate:.3g}"]
+    return config_mod.replace(cfg, "train", lr=float(f"{rate:.3g}"))
 
 
 def _embedding_rate(cfg: Config, run_dir: Path, overrides: list[str], plugins: Plugins, log: Log) -> Config:
-    """cfg with train.puzzle_emb_lr scaled as the user scaled train.lr from RUN's (printed), unless set too.
+    """cfg with train.puzzle_emb_lr scaled as train.lr was scaled from RUN's (by the user or `_last_rate`;
+    printed), unless set too.
 
     The puzzle embedding has its own sign-SGD rate, which train.lr does not move: a user who lowers train.lr
     to adapt gently would otherwise step the embedding shared by every puzzle at RUN's full rate (a noisy
     gradient, such as TR-RPG's, then walks it away from what the rest of the weights expect)."""
-    if not _given(overrides, "train.lr") or _given(overrides, "train.puzzle_emb_lr") or cfg.model.puzzle_emb_len == 0:
+    if _given(overrides, "train.puzzle_emb_lr") or cfg.model.puzzle_emb_len == 0:
         return cfg
     was = config_mod.load(rundir.path(run_dir, rundir.CONFIG), [], dict(plugins.sections)).train
     if was.lr <= 0 or cfg.train.lr == was.lr:

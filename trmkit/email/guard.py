@@ -172,10 +172,10 @@ def _unlabelled_per_fold(x_u: nb_em.Rows, folds: np.ndarray, groups: Groups | No
     sender) with one of the fold's held-out messages: the store's test split shares none with the rest."""
     if groups is None:
         return {int(k): x_u for k in np.unique(folds)}
-    out = {}
+    rows, out = x_u.x.to_sparse_coo(), {}
     for k in np.unique(folds):
         kept = ~np.isin(groups.unlabelled, groups.labelled[folds == k])
-        out[int(k)] = nb_em.Rows.of(_rows(x_u.x.to_sparse_coo(), _where(kept)))
+        out[int(k)] = nb_em.Rows.of(_rows(rows, _where(kept)))
     return out
 
 

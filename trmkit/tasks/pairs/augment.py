@@ -86,8 +86,7 @@ def copies_of(x: Value, y: Value, aug: Augment, rng: np.random.Generator,
         name = drawn[k - 1] if k else None
         relabel = dict(zip(aug.permute, rng.permutation(list(aug.permute)))) if aug.permute else {}
         a, b = _apply(x, name, relabel), _apply(y, name, relabel)
-        at = (tuple(int(rng.integers(c - max(n, m) + 1)) for c, n, m in zip(canvas, a.shape, b.shape))
-              if SHIFT in aug.transforms else None)
+        at = tuple(int(rng.integers(c - n + 1)) for c, n in zip(canvas, a.shape)) if SHIFT in aug.transforms else None
         out.append((a, b, at))
     return out
 
