@@ -74,6 +74,7 @@ LATIN_BLANKS4=${LATIN_BLANKS4:-2-10}    # blanks of a 4 x 4 puzzle (a range: dra
 LATIN_BLANKS6=${LATIN_BLANKS6:-2-18}    # blanks of a 6 x 6 one: a pile of easy and hard puzzles
 LATIN_MODEL=${LATIN_MODEL:-model.mixer=conv model.puzzle_emb_len=0}  # overrides of configs/pairs-laptop.yaml
 LATIN_AUG=${LATIN_AUG:-}                # e.g. "--aug 4 --transforms shift": 4 x 4 copies all over the 6 x 6 canvas
+LATIN_ADAPT_ARGS=${LATIN_ADAPT_ARGS:-}  # overrides of adapt, e.g. adapt.reblank=true (docs/adapt.md, Another size)
 latin_arm() {  # shellcheck disable=SC2086 (LATIN_MODEL: several overrides)
   local L=$OUT R=$OUT/runs
   local gen="$PY examples/latin_squares.py --symbols 6"
@@ -97,7 +98,7 @@ latin_arm() {  # shellcheck disable=SC2086 (LATIN_MODEL: several overrides)
   step latin-before - "$TRMKIT" eval "$R/latin4" --data "$L/p-l6lab" run.threads=1
   step latin-adapt "$R/latin4-adapted/summary.json" "$TRMKIT" adapt "$R/latin4" --data "$L/p-l6in" \
     --checker examples/latin_checker.py:is_latin_square --minutes "$LATIN_ADAPT_MIN" --out "$R/latin4-adapted" \
-    run.threads=1
+    run.threads=1 $LATIN_ADAPT_ARGS
   step latin-after - "$TRMKIT" eval "$R/latin4-adapted" --data "$L/p-l6lab" \
     run.threads=1
   step latin-ceiling "$R/latin4-ceiling/summary.json" "$TRMKIT" train configs/pairs-laptop.yaml \

@@ -18,7 +18,7 @@ from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
 from trmkit.adapt.command import adapt, new_config, trace_steps
 from trmkit.adapt.config import adapt_config
-from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream
+from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream, Reblank
 from trmkit.api import task_hooks
 from trmkit.config import ConfigError
 from trmkit.data.generated import GeneratedStream
@@ -215,3 +215,43 @@ def test_latin_squares_with_more_symbols_show_every_symbol_of_a_square(tmp_path)
         assert symbols == set(puzzle.ravel().tolist()) - {0}  # every symbol of the square among the givens
         seen |= symbols
     assert seen == set(range(1, 7))
+
+
+def test_reblank_blanks_a_kept_completion_answer_s_givens_up_to_the_new_source_s_blank_counts():
+    """adapt.reblank: blank 1, padding 0. The source's problems have 5 and 1 blanks; the kept answer of the
+    1-blank one trains with 1 or 5 blanks (4 givens more at most), never at the padding, its label unchanged;
+    an answer that changes a given is no completion of its input and keeps its input."""
+    inputs = np.array([[1, 1, 1, 1, 1, 3, 0], [2, 1, 3, 4, 5, 6, 0], [2, 1, 3, 4, 5, 6, 0]])
+    label = np.array([2, 7, 3, 4, 5, 6, 0])
+    reblank = Reblank.of(inputs[:2], blank=1, pad=0)
+    assert reblank.counts.tolist() == [5, 1]
+
+    class Never:  # replay_share 0: every sample a kept answer, none replayed
+        def take(self, k):
+            raise AssertionError(f"asked for {k} replayed samples")
+
+    stream = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1, reblank=reblank)
+    stream.keep({1: label})
+    batch = stream.take(60)
+    blanks = (batch.inputs == 1).sum(1)
+    assert set(blanks.tolist()) == {1, 5}  # both counts drawn
+    assert (batch.labels == label).all() and (batch.inputs[:, -1] == 0).all()
+    assert ((batch.inputs == label) | (batch.inputs == 1)).all()  # each cell its given or a blank
+    plain = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1)
+    plain.keep({1: label})
+    assert (plain.take(60).inputs == inputs[1]).all()  # without reblank: the input as it is
+
+    wrong = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1, reblank=reblank)
+    wrong.keep({2: np.array([2, 7, 3, 4, 5, 5, 0])})  # changes the given 6: not a completion of its input
+    assert (wrong.take(20).inputs == inputs[2]).all()
+
+
+def test_reblank_without_a_blank_token_is_refused_with_the_fix(tmp_path):
+    from types import SimpleNamespace
+
+    from trmkit.adapt.command import _reblank
+
+    meta = SimpleNamespace(blank_id=None, source="new.jsonl", pad_id=0, vocab=("<pad>", "a", "b"))
+    problems = SimpleNamespace(meta=meta, inputs=np.ones((3, 4), np.int64))
+    with pytest.raises(ConfigError, match=r"--blank SYMBOL.*adapt.reblank=false"):
+        _reblank(problems, np.arange(3), "new", str(tmp_path), print)

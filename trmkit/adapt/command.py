@@ -17,12 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.adapt.config import SECTION, AdaptConfig, adapt_config, describe_arm, without_adapt
 from trmkit.adapt.problems import Problems, check_fits, read_problems, size_change, split_problems
 from trmkit.adapt.rounds import Rounds, Source
-from trmkit.adapt.stream import InGrid, MixedStream, batch_size_for
+from trmkit.adapt.stream import InGrid, MixedStream, Reblank, batch_size_for
 from trmkit.adapt.trrpg import TrRpg
 from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.data.store import StoreMeta
@@ -214,10 +216,11 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
             f"{acfg.replay_share:.0%} of the samples replay the original training set (adapt.replay_share)")
     trace = cfg.model.halt_max_steps if cfg.data.trace else 0
     trace_of = _trace_of(source.checking, cfg.data.trace, trace)
+    reblank = _reblank(problems, source.adapt, acfg.source, cfg.data.path, log) if acfg.reblank else None
 
     def wrap(base) -> MixedStream:
         return MixedStream(base, problems.inputs, problems.puzzle_ids, acfg.replay_share, cfg.run.seed, aug, trace,
-                           trace_of)
+                           trace_of, reblank)
 
     hooks = plugins.task_hooks(without_adapt(cfg), log)
     if batch_meta is not None and hooks.get("sampler") is not None:  # the run's own mazes in the new grid
@@ -231,6 +234,30 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
     finally:
         if objective is not None:
             objective.close()
+
+
+def _reblank(problems: Problems, adapt_idx: Any, source: str, store: str, log: Log) -> Reblank:
+    """adapt.reblank's blank token (the new source's store's, else RUN's store's) and the adapt part's blank
+    counts."""
+    from trmkit.adapt.problems import SPLITS
+    from trmkit.data.store import META_FILE, read_meta
+
+    blank = problems.meta.blank_id
+    where = f"--data {source}"
+    if blank is None:
+        metas = [Path(store) / name / META_FILE for name in SPLITS if (Path(store) / name / META_FILE).is_file()]
+        blank = read_meta(metas[0]).blank_id if metas else None
+        where = f"RUN's store {store}"
+    if blank is None:
+        raise ConfigError("adapt.reblank=true blanks more givens of a kept answer, and neither the new source's store "
+                          "nor RUN's names a blank token: build one with its blank (`trmkit data pairs --blank "
+                          "SYMBOL`), or leave adapt.reblank=false")
+    made = Reblank.of(problems.inputs[adapt_idx], blank, problems.meta.pad_id)
+    counts = made.counts
+    log(f"adapt: reblank: a kept completion answer trains with givens blanked up to a blank count drawn from the "
+        f"{len(counts)} problems to adapt on (median {int(np.median(counts))}, most {int(counts.max())}; blank "
+        f"token {problems.meta.vocab[blank]!r}, from {where})")
+    return made
 
 
 def _trace_of(checking: Any, speed: int, steps: int) -> Callable[[Any, Any], Any] | None:

@@ -41,6 +41,7 @@ class AdaptConfig:
     solve_limit: int = 0  # unsolved problems tried per round at most (0: all of them)
     replay_share: float = 0.5  # share of each step's new samples replayed from the original training set
     augment: int = 8  # symmetric variants a kept answer is trained under (the task's own; 1: the answer only)
+    reblank: bool = False  # a completion puzzle's kept answer also trains with more of its givens blanked (stream.py)
     keep: str = "checker"  # one of KEEPS; vote: the plurality answer of the tries, the checker never asked (control)
     vote_share: float = 0.5  # keep=vote: share of a problem's tries that must give the plurality answer to keep it
     # objective=tr-rpg (adapt/trrpg.py): each step samples rpg_problems adapt problems, trajectories tries each

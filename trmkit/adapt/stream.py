@@ -16,6 +16,12 @@ supervision step only, the earlier steps unlabelled (0, ignored). The final path
 for what the trace reaches only after many steps: adapting the 11 x 11 maze-trace model on 30 x 30 mazes
 that way, round 1 solved 0 of 40 (docs/adapt.md).
 
+With adapt.reblank, a kept answer of a completion puzzle (each input cell a blank, padding, or the answer's own
+token) trains under an input with more of its givens blanked: as many blanks in all as a problem of the new
+source drawn at random has (`Reblank`), so the few-blank puzzles solved first teach the many-blank ones still
+unsolved. The answer stays a valid one (the checker accepted it, and a blanked given only widens the puzzle);
+where the wider puzzle has other answers it is one of them.
+
 A new source of a larger grid (adapt/problems.py `size_change`: a conv model, data.stream=generate) keeps
 one length per batch: `InGrid` has the task's generator place the run's own training mazes in the new
 grid, and `batch_size_for` picks the step's samples for the longer rows (printed with its reason).
@@ -23,6 +29,7 @@ grid, and `batch_size_for` picks the step's samples for the longer rows (printed
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -35,13 +42,40 @@ from trmkit.plan.memory_model import Calibration, carry_slot_bytes, micro_slot_b
 MIX = 1  # the stream's index in default_rng([seed, MIX, i]): apart from every other draw seeded by the run's seed
 
 
+@dataclasses.dataclass(frozen=True)
+class Reblank:
+    """adapt.reblank: the blank token, the padding token and the blank counts of the new source's problems."""
+
+    blank: int
+    pad: int
+    counts: np.ndarray  # (P,) blanks per problem of the adapt part: what a trained input's count is drawn from
+
+    @classmethod
+    def of(cls, inputs: np.ndarray, blank: int, pad: int) -> "Reblank":
+        return cls(int(blank), int(pad), (np.asarray(inputs) == blank).sum(1).astype(np.int64))
+
+    def apply(self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """x with givens blanked up to a drawn count; x itself when it is no completion puzzle of y."""
+        target = int(self.counts[int(rng.integers(len(self.counts)))])
+        blank, pad = x == self.blank, x == self.pad
+        given = ~blank & ~pad
+        extra = target - int(blank.sum())
+        if extra <= 0 or not bool((x[given] == y[given]).all()):
+            return x
+        cells = np.flatnonzero(given)
+        out = x.copy()
+        out[rng.choice(cells, size=min(extra, len(cells)), replace=False)] = self.blank
+        return out
+
+
 class MixedStream:
     """`base`'s samples and the kept answers to `inputs`' problems, mixed; resumable exactly."""
 
     def __init__(self, base, inputs: np.ndarray, puzzle_ids: np.ndarray, replay_share: float, seed: int,
                  variants: Variants | None = None, trace_steps: int = 0,
-                 trace_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
-        self.base, self.inputs, self.puzzle_ids = base, inputs, puzzle_ids
+                 trace_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                 reblank: Reblank | None = None) -> None:
+        self.base, self.inputs, self.puzzle_ids, self.reblank = base, inputs, puzzle_ids, reblank
         self.replay_share, self.seed = float(replay_share), int(seed)
         self.variants, self.trace_steps = variants, int(trace_steps)
         self.trace_of = trace_of  # (input (L,), kept label (L,)) -> (trace_steps, L): the kept answer's trace
@@ -87,6 +121,8 @@ class MixedStream:
         if self.variants is not None and len(self.variants) > 1:
             v = int(rng.integers(len(self.variants)))
             x, y = self.variants.apply(x, v), self.variants.apply(y, v)
+        if self.reblank is not None:
+            return self.reblank.apply(x[0], y[0], rng), y[0], int(self.puzzle_ids[p])
         return x[0], y[0], int(self.puzzle_ids[p])
 
     def state_dict(self) -> dict[str, Any]:
