@@ -1,5 +1,6 @@
 """`trmkit adapt`: labels of the new source are never read, a checker that rejects everything trains
-nothing, an adaptation resumes exactly, a task without a checker is refused, the rounds are logged.
+nothing, an adaptation resumes exactly, a task without a checker is refused, the rounds are logged, and
+adapt.reblank trains the kept answers under other inputs.
 
 Tiny sizes, bounded by steps: a 76k-parameter model trained 4 steps on 16 generated Sudoku, adapted on 12 others.
 The stand-in checkers below stand for a task's own (tasks/base.py `Checking`): they read only inputs and answers.
@@ -273,3 +274,20 @@ def test_tr_rpg_starts_at_runs_last_rate_and_the_kept_answers_at_its_configured_
     cfg = new_config(run, base / "new", plugins(accept_some), overrides=list(SMALL), out=str(tmp_path / "d"),
                      objective="tr-rpg", log=said.append)
     assert cfg.train.lr == was.lr and any("logs no rate to continue from" in m for m in said)
+
+
+def test_reblank_trains_the_kept_answers_with_more_blanks_and_says_so(base, tmp_path):
+    """adapt.reblank=true on Sudoku (the store's blank '.'): the same first round, then other inputs trained."""
+    said = []
+
+    def keeps_givens(meta, spec):  # accepts a third of the answers, each labelled with the puzzle's givens kept
+        blank = meta.blank_id
+        return dataclasses.replace(accept_some(meta, spec),
+                                   to_label=lambda x, a: np.where(np.asarray(x) == blank, a, x))
+
+    steps = ("adapt.rounds=1", "adapt.round_steps=8")  # enough kept draws for some with a higher drawn count
+    adapted(base, base / "new", tmp_path / "plain", keeps_givens, *steps)
+    adapted(base, base / "new", tmp_path / "rb", keeps_givens, *steps, "adapt.reblank=true", said=said)
+    assert any(line.startswith("adapt: reblank: ") and "blank token '.'" in line for line in said), said
+    assert kept(tmp_path / "rb") and kept(tmp_path / "rb") == kept(tmp_path / "plain")  # round 0: before any step
+    assert not same_weights(weights(tmp_path / "rb"), weights(tmp_path / "plain"))
