@@ -17,7 +17,7 @@ from tests.adapt.test_adapt import SMALL, accept_all, plugins
 from trmkit import config as config_mod
 from trmkit import hardware, registry, rundir
 from trmkit.adapt.command import adapt, new_config, trace_steps
-from trmkit.adapt.config import adapt_config
+from trmkit.adapt.config import AdaptConfig, adapt_config
 from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream, Reblank
 from trmkit.api import task_hooks
 from trmkit.config import ConfigError
@@ -230,6 +230,12 @@ def test_reblank_blanks_a_kept_completion_answer_s_givens_up_to_the_new_source_s
         def take(self, k):
             raise AssertionError(f"asked for {k} replayed samples")
 
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            assert state == {}
+
     stream = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1, reblank=reblank)
     stream.keep({1: label})
     batch = stream.take(60)
@@ -237,16 +243,21 @@ def test_reblank_blanks_a_kept_completion_answer_s_givens_up_to_the_new_source_s
     assert set(blanks.tolist()) == {1, 5}  # both counts drawn
     assert (batch.labels == label).all() and (batch.inputs[:, -1] == 0).all()
     assert ((batch.inputs == label) | (batch.inputs == 1)).all()  # each cell its given or a blank
+    assert stream.reblanked == {"blanked": int((blanks == 5).sum()), "as_is": int((blanks == 1).sum()),
+                                "not_completion": 0}
     plain = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1)
     plain.keep({1: label})
     assert (plain.take(60).inputs == inputs[1]).all()  # without reblank: the input as it is
 
     wrong = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1, reblank=reblank)
     wrong.keep({2: np.array([2, 7, 3, 4, 5, 5, 0])})  # changes the given 6: not a completion of its input
-    assert (wrong.take(20).inputs == inputs[2]).all()
+    assert (wrong.take(20).inputs == inputs[2]).all() and wrong.reblanked["not_completion"] == 20  # counted
+    restored = MixedStream(Never(), inputs, np.zeros(3, np.int64), replay_share=0.0, seed=1, reblank=reblank)
+    restored.load_state_dict(wrong.state_dict())
+    assert restored.reblanked == wrong.reblanked  # a resumed run goes on counting
 
 
-def test_reblank_without_a_blank_token_is_refused_with_the_fix(tmp_path):
+def test_reblank_without_a_blank_token_or_kept_answers_to_train_is_refused_with_the_fix(tmp_path):
     from types import SimpleNamespace
 
     from trmkit.adapt.command import _reblank
@@ -255,3 +266,5 @@ def test_reblank_without_a_blank_token_is_refused_with_the_fix(tmp_path):
     problems = SimpleNamespace(meta=meta, inputs=np.ones((3, 4), np.int64))
     with pytest.raises(ConfigError, match=r"--blank SYMBOL.*adapt.reblank=false"):
         _reblank(problems, np.arange(3), "new", str(tmp_path), print)
+    with pytest.raises(ConfigError, match="only objective=pseudo trains on them"):
+        AdaptConfig(reblank=True, objective="tr-rpg")

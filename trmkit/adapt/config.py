@@ -68,6 +68,9 @@ class AdaptConfig:
                               "pseudo-labels, so it needs objective=pseudo (tr-rpg's reward is the checker's verdict)")
         if not 0.0 < self.vote_share <= 1.0:
             raise ConfigError(f"adapt.vote_share={self.vote_share}: give a share 0 < share <= 1 (0.5: half the tries)")
+        if self.reblank and self.objective != "pseudo":
+            raise ConfigError(f"adapt.reblank=true with adapt.objective={self.objective}: reblank changes how kept "
+                              "answers train, and only objective=pseudo trains on them")
         if self.objective == "tr-rpg" and self.trajectories < 2:
             raise ConfigError(f"adapt.trajectories={self.trajectories}: tr-rpg's baseline is the other tries of the "
                               "same problem, so give at least 2")

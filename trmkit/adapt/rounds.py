@@ -128,6 +128,8 @@ class Rounds(Hooks):
                   "adapt/heldout_one_shot": acc, "adapt/heldout_problems": len(src.heldout),
                   "adapt/replay_share": self._replay_share(), "adapt/solve_seconds": round(solve_s, 2),
                   "adapt/heldout_seconds": round(time.perf_counter() - t1, 2)}
+        if getattr(self.stream, "reblank", None) is not None:  # adapt.reblank: what became of the kept samples
+            record.update({f"adapt/reblank_{k}": v for k, v in self.stream.reblanked.items()})
         if hasattr(self.stream, "round_reward"):  # tr-rpg: the mean checker reward of its tries since the last record
             record["adapt/reward_mean"] = self.stream.round_reward()
         if s.run.world.main:
@@ -174,6 +176,9 @@ class Rounds(Hooks):
         acc = r["adapt/heldout_one_shot"]
         if "adapt/reward_mean" in r:
             what += f" (tr-rpg tries' mean reward since the last round {r['adapt/reward_mean']:.3f})"
+        if r.get("adapt/reblank_not_completion"):
+            what += (f" (reblank: {r['adapt/reblank_not_completion']} kept samples change a given of their input, "
+                     "so they trained as they are)")
         self.log(f"adapt: {what} at step {step}/{total}; {r['adapt/kept']}/{len(self.source.adapt)} pseudo-labels "
                  f"kept; held-out one-shot {acc:.3f} by the checker ({r['adapt/heldout_problems']} problems); "
                  f"replay {r['adapt/replay_share']:.2f}; {_clock(elapsed)} elapsed, ETA {_clock(max(0.0, eta))}")

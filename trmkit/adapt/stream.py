@@ -54,18 +54,21 @@ class Reblank:
     def of(cls, inputs: np.ndarray, blank: int, pad: int) -> "Reblank":
         return cls(int(blank), int(pad), (np.asarray(inputs) == blank).sum(1).astype(np.int64))
 
-    def apply(self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """x with givens blanked up to a drawn count; x itself when it is no completion puzzle of y."""
+    def apply(self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+        """(x with givens blanked up to a drawn count, "blanked"); x itself with "as_is" when the drawn count is
+        not above its own, or "not_completion" when y changes one of x's givens."""
         target = int(self.counts[int(rng.integers(len(self.counts)))])
         blank, pad = x == self.blank, x == self.pad
         given = ~blank & ~pad
         extra = target - int(blank.sum())
-        if extra <= 0 or not bool((x[given] == y[given]).all()):
-            return x
+        if not bool((x[given] == y[given]).all()):
+            return x, "not_completion"
+        if extra <= 0:
+            return x, "as_is"
         cells = np.flatnonzero(given)
         out = x.copy()
         out[rng.choice(cells, size=min(extra, len(cells)), replace=False)] = self.blank
-        return out
+        return out, "blanked"
 
 
 class MixedStream:
@@ -83,6 +86,7 @@ class MixedStream:
         self._order: list[int] = []  # the kept problems, sorted: what a draw indexes
         self._next = 0
         self.replayed = self.adapted = 0  # samples served of each kind (adapt/replay_share), kept in checkpoints
+        self.reblanked = {"blanked": 0, "as_is": 0, "not_completion": 0}  # adapt.reblank's outcomes, counted
 
     def keep(self, labels: Mapping[int, np.ndarray]) -> None:
         """Add accepted answers (problem -> label); a problem kept before keeps its first answer."""
@@ -122,12 +126,15 @@ class MixedStream:
             v = int(rng.integers(len(self.variants)))
             x, y = self.variants.apply(x, v), self.variants.apply(y, v)
         if self.reblank is not None:
-            return self.reblank.apply(x[0], y[0], rng), y[0], int(self.puzzle_ids[p])
+            x_new, outcome = self.reblank.apply(x[0], y[0], rng)
+            self.reblanked[outcome] += 1
+            return x_new, y[0], int(self.puzzle_ids[p])
         return x[0], y[0], int(self.puzzle_ids[p])
 
     def state_dict(self) -> dict[str, Any]:
         return {"base": self.base.state_dict(), "adapt_next": self._next, "replayed": self.replayed,
-                "adapted": self.adapted, "kept": {str(p): self.kept[p].tolist() for p in self._order}}
+                "adapted": self.adapted, "reblanked": dict(self.reblanked),
+                "kept": {str(p): self.kept[p].tolist() for p in self._order}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if "adapt_next" not in state:
@@ -136,6 +143,7 @@ class MixedStream:
         self.base.load_state_dict(state["base"])
         self._next = int(state["adapt_next"])
         self.replayed, self.adapted = int(state.get("replayed", 0)), int(state.get("adapted", 0))
+        self.reblanked = {k: int(state.get("reblanked", {}).get(k, 0)) for k in self.reblanked}
         self.kept = {}
         self.keep({int(p): np.asarray(y, np.int64) for p, y in state["kept"].items()})
 
