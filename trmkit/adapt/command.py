@@ -239,14 +239,13 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
 def _reblank(problems: Problems, adapt_idx: Any, source: str, store: str, log: Log) -> Reblank:
     """adapt.reblank's blank token (the new source's store's, else RUN's store's) and the adapt part's blank
     counts."""
-    from trmkit.adapt.problems import SPLITS
-    from trmkit.data.store import META_FILE, read_meta
+    from trmkit.adapt.problems import first_meta
 
     blank = problems.meta.blank_id
     where = f"--data {source}"
     if blank is None:
-        metas = [Path(store) / name / META_FILE for name in SPLITS if (Path(store) / name / META_FILE).is_file()]
-        blank = read_meta(metas[0]).blank_id if metas else None
+        run_meta = first_meta(store)
+        blank = run_meta.blank_id if run_meta is not None else None
         where = f"RUN's store {store}"
     if blank is None:
         raise ConfigError("adapt.reblank=true blanks more givens of a kept answer, and neither the new source's store "

@@ -36,10 +36,21 @@ class Problems:
         return int(self.inputs.shape[0])
 
 
+def splits_of(root: str | Path) -> list[str]:
+    """The splits the store at root holds (those with a meta.json), in SPLITS' order."""
+    return [name for name in SPLITS if (Path(root) / name / META_FILE).is_file()]
+
+
+def first_meta(root: str | Path) -> StoreMeta | None:
+    """The meta.json of the store's first split (vocabulary, blank, padding), None where it holds none."""
+    found = splits_of(root)
+    return read_meta(Path(root) / found[0] / META_FILE) if found else None
+
+
 def read_problems(root: str | Path) -> Problems:
     """Every split's problems of the store at root (one per group), inputs only."""
     root = Path(root)
-    found = [name for name in SPLITS if (root / name / META_FILE).is_file()]
+    found = splits_of(root)
     if not found:
         raise ConfigError(f"--data {root}: no store there (no train/, val/ or test/ with {META_FILE}); build one "
                           "from the new source with `trmkit data TASK ... --out DIR`")

@@ -125,11 +125,11 @@ class MixedStream:
         if self.variants is not None and len(self.variants) > 1:
             v = int(rng.integers(len(self.variants)))
             x, y = self.variants.apply(x, v), self.variants.apply(y, v)
+        x_in = x[0]
         if self.reblank is not None:
-            x_new, outcome = self.reblank.apply(x[0], y[0], rng)
+            x_in, outcome = self.reblank.apply(x_in, y[0], rng)
             self.reblanked[outcome] += 1
-            return x_new, y[0], int(self.puzzle_ids[p])
-        return x[0], y[0], int(self.puzzle_ids[p])
+        return x_in, y[0], int(self.puzzle_ids[p])
 
     def state_dict(self) -> dict[str, Any]:
         return {"base": self.base.state_dict(), "adapt_next": self._next, "replayed": self.replayed,
