@@ -168,20 +168,22 @@ def run_training(cfg: Config, world, log: Log = print, is_tty: bool = False, res
 def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: Iterable[int] | str | None = None,
              vote: Iterable[int] | str | None = None, pool: str | None = None, checkpoint: int | None = None,
              limit: int | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
-             select: int | None = None, select_from: str = "noise", verbose: bool = False,
-             log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
-    """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..] [--select N]` as a dict (the JSON
-    the CLI prints).
+             select: int | None = None, select_from: str = "noise", checker: str | None = None,
+             verbose: bool = False, log: Log = lambda m: print(m, file=sys.stderr)) -> dict:
+    """`trmkit eval RUN [--data D] [--steps K,..|auto[:CAP]] [--vote N,..] [--select N] [--checker [SPEC]]` as a
+    dict (the JSON the CLI prints).
 
     >>> trmkit.evaluate("runs/a", steps=[4, 8])["steps"]["8"]["exact_accuracy"]
     >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]
     >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure
+    >>> trmkit.evaluate("runs/l6", checker="examples/latin_checker.py:is_latin_square")["checker_one_shot"]
 
-    verbose: also log the plan's choices (threads, dtype, batch, ...), as `trmkit train` always does."""
+    checker: also the share of the test problems whose one-shot answer it accepts (adapt/checked.py): "" for
+    the task's own rules (Sudoku, maze), "file.py:function" on a pairs store. verbose: also log the plan's
+    choices (threads, dtype, batch, ...), as `trmkit train` always does."""
     from trmkit import hardware, plan
     from trmkit.train import evaluate as evaluate_mod
     from trmkit.train import testtime
-    from trmkit.train.finish import memory_summary
     from trmkit.train.resume import check_evaluable
     from trmkit.train.session import prepare
 
@@ -207,14 +209,34 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
                                             keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
         if n_select and result:
             result.update(_select(cfg, session, n_select, select_from, step_list, limit, log))
+        if checker is not None and result:
+            result.update(_checked(cfg, session, checker, step_list, auto, limit, log))
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
+    return _with_memory(result, session, checkpoint, log)
+
+
+def _with_memory(result: dict, session, checkpoint: int | None, log: Log) -> dict:
+    """The evaluation's result with the weights it read and the whole process's memory (peak RSS, budget)."""
+    from trmkit.train.finish import memory_summary
+
     memory = memory_summary(session, log=log)
     result["weights"] = f"checkpoint step {checkpoint}" if checkpoint is not None else "final"
     result["peak_rss_gb"] = memory["phases"]["process"]["peak_gb"]
     result["memory_budget_gb"] = round(int(session.run.plan.budget.value) / 2**30, 3)
     result["memory"] = memory
     return result
+
+
+def _checked(cfg: Config, session, spec: str, step_list: list[int], auto: int | None, limit: int | None,
+             log: Log) -> dict:
+    """`--checker`'s figure at the first K of --steps (or the trained N_sup), or until stable with --steps auto."""
+    from trmkit import registry
+    from trmkit.adapt.checked import checker_one_shot
+
+    k = step_list[0] if step_list else session.model.cfg.halt_max_steps
+    task = registry.get(session.data.test.meta.task)
+    return checker_one_shot(session, task, spec or None, k, auto, limit, log)
 
 
 def _eval_arguments(run_dir: Path, steps, vote, pool: str | None, checkpoint: int | None, select: int | None,

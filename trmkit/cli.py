@@ -190,6 +190,10 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--select-from", default="noise", choices=["noise", "variants", "both"],
                    help="with --select: what makes the N trajectories differ: noise in the initial carry "
                         "(default), the task's symmetric variants (as --vote, without its rule check), or both")
+    p.add_argument("--checker", nargs="?", const="", default=None, metavar="FILE.py:FUNCTION",
+                   help="also the share of the test problems whose one-shot answer a checker accepts, no label "
+                        "read (puzzles with several solutions, or a store without labels): alone, the task's own "
+                        "rules (Sudoku, maze); on a `trmkit data pairs` store your function(input, output) -> bool")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -197,7 +201,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     result = evaluate(args.run_dir, args.data, steps=args.steps, vote=args.vote, pool=args.pool,
                       checkpoint=args.checkpoint, limit=args.limit, overrides=args.overrides, select=args.select,
-                      select_from=args.select_from, verbose=args.verbose)
+                      select_from=args.select_from, checker=args.checker, verbose=args.verbose)
     print(json.dumps(result, indent=2))  # stdout carries only the JSON result; notes go to stderr
     return 0
 

@@ -58,16 +58,26 @@ def read_problems(root: str | Path) -> Problems:
     inputs, pids, where = [], [], []
     for name in found:
         arrays = {key: np.load(root / name / f"{key}.npy", mmap_mode="r", allow_pickle=False) for key in READ}
-        first_puzzle = np.asarray(arrays["group_indices"][:-1], dtype=np.int64)  # (G,)
-        rows = np.asarray(arrays["puzzle_indices"], dtype=np.int64)[first_puzzle]  # (G,) first example of each
-        inputs.append(np.asarray(arrays["inputs"][rows], dtype=np.int64))
-        pids.append(np.asarray(arrays["puzzle_identifiers"], dtype=np.int64)[first_puzzle])
+        x, pid, rows = first_of_groups(arrays["inputs"], arrays["puzzle_identifiers"], arrays["puzzle_indices"],
+                                       arrays["group_indices"])
+        inputs.append(x)
+        pids.append(pid)
         where += [f"{name}/ example {int(r)}" for r in rows]
     meta = metas[found[0]]
     if any(m.vocab != meta.vocab or m.seq_len != meta.seq_len for m in metas.values()):
         raise ConfigError(f"--data {root}: its splits differ in vocabulary or sequence length; rebuild the store")
     return Problems(meta=meta, inputs=np.concatenate(inputs), puzzle_ids=np.concatenate(pids), where=tuple(where),
                     fingerprints={name: m.fingerprint for name, m in metas.items()})
+
+
+def first_of_groups(inputs: np.ndarray, puzzle_identifiers: np.ndarray, puzzle_indices: np.ndarray,
+                    group_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inputs (G, L), puzzle ids (G,), rows (G,)) of each group's first example: one problem per group (its
+    augmented copies left out), as a split's arrays hold them."""
+    first_puzzle = np.asarray(group_indices[:-1], dtype=np.int64)  # (G,)
+    rows = np.asarray(puzzle_indices, dtype=np.int64)[first_puzzle]  # (G,) first example of each
+    return (np.asarray(inputs[rows], dtype=np.int64), np.asarray(puzzle_identifiers, dtype=np.int64)[first_puzzle],
+            rows)
 
 
 def split_problems(n: int, heldout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
