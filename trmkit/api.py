@@ -177,11 +177,11 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     >>> trmkit.evaluate("runs/a", steps="auto:64")["steps_used_mean"]
     >>> trmkit.evaluate("runs/a", steps=[16], select=8)["select/exact_accuracy"]  # beside the one-shot figure
     >>> trmkit.evaluate("runs/l6", checker="examples/latin_checker.py:is_latin_square")["checker_one_shot"]
-
     checker: also the share of the test problems whose one-shot answer it accepts (adapt/checked.py): "" for
     the task's own rules (Sudoku, maze), "file.py:function" on a pairs store. verbose: also log the plan's
     choices (threads, dtype, batch, ...), as `trmkit train` always does."""
     from trmkit import hardware, plan
+    from trmkit.adapt.checked import checker_one_shot
     from trmkit.train import evaluate as evaluate_mod
     from trmkit.train import testtime
     from trmkit.train.resume import check_evaluable
@@ -196,6 +196,7 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
     # split, prepare says what is wrong with the store.
     meta = _test_meta(cfg)
     variants = _variants(cfg, meta, max(counts), log) if counts and meta else None
+    checking = _checking(meta, checker) if checker is not None and meta else None  # a bad one: refused now
     session = prepare(cfg, hardware.probe(), log=plan.plan_lines_to(log, verbose), cache_dir=cache_dir(),
                       evaluate_only=True, **task_hooks(cfg, log))
     evaluate_mod.load_weights(session, run_dir, checkpoint)
@@ -209,8 +210,8 @@ def evaluate(run: Run | str | Path, data: str | Path | None = None, *, steps: It
                                             keep=checkpoint is None, pool=testtime.pool_steps(pool, step_list))
         if n_select and result:
             result.update(_select(cfg, session, n_select, select_from, step_list, limit, log))
-        if checker is not None and result:
-            result.update(_checked(cfg, session, checker, step_list, auto, limit, log))
+        if checking is not None and result:  # at the first K of --steps (the trained N_sup), or until stable
+            result.update(checker_one_shot(session, checking, next(iter(step_list), None), auto, limit, log))
     if not result:
         raise ConfigError(f"{cfg.data.path}: no test split to evaluate")
     return _with_memory(result, session, checkpoint, log)
@@ -228,15 +229,13 @@ def _with_memory(result: dict, session, checkpoint: int | None, log: Log) -> dic
     return result
 
 
-def _checked(cfg: Config, session, spec: str, step_list: list[int], auto: int | None, limit: int | None,
-             log: Log) -> dict:
-    """`--checker`'s figure at the first K of --steps (or the trained N_sup), or until stable with --steps auto."""
+def _checking(meta, spec: str):
+    """`--checker`'s Checking for the test split's task ("": its own rules), made before the model loads: a task
+    that takes no user function, a missing file or one that does not load is refused at once."""
     from trmkit import registry
-    from trmkit.adapt.checked import checker_one_shot
+    from trmkit.tasks.base import checker_for
 
-    k = step_list[0] if step_list else session.model.cfg.halt_max_steps
-    task = registry.get(session.data.test.meta.task)
-    return checker_one_shot(session, task, spec or None, k, auto, limit, log)
+    return checker_for(registry.get(meta.task), meta, spec or None)
 
 
 def _eval_arguments(run_dir: Path, steps, vote, pool: str | None, checkpoint: int | None, select: int | None,

@@ -38,6 +38,8 @@ def test_a_pairs_run_is_scored_by_the_user_s_function_and_no_label_is_read(tmp_p
     assert again["checker_one_shot"] == result["checker_one_shot"] and again["exact_accuracy"] == 0
     with pytest.raises(ConfigError, match="pass --checker FILE.py:FUNCTION"):
         trmkit.evaluate(tmp_path / "run", checker="", log=lambda m: None)
+    with pytest.raises(ConfigError, match="no file .*nope.py"):  # before the model loads
+        trmkit.evaluate(tmp_path / "run", checker=f"{tmp_path / 'nope.py'}:check", log=lambda m: None)
 
 
 def test_a_sudoku_run_is_scored_by_the_rules_at_k_or_until_stable(base):

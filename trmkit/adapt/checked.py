@@ -17,7 +17,7 @@ import numpy as np
 from trmkit.adapt.problems import first_of_groups
 from trmkit.adapt.solve import Solver, one_shot
 from trmkit.config import ConfigError
-from trmkit.tasks.base import Task, checker_for
+from trmkit.tasks.base import Checking
 from trmkit.train import halting
 from trmkit.train import select as select_mod
 from trmkit.train.session import Session
@@ -25,18 +25,19 @@ from trmkit.train.session import Session
 Log = Callable[[str], None]
 
 
-def checker_one_shot(s: Session, task: Task, spec: str | None, k: int, auto_cap: int | None, limit: int | None,
+def checker_one_shot(s: Session, checking: Checking, k: int | None, auto_cap: int | None, limit: int | None,
                      log: Log) -> dict:
-    """{"checker_one_shot": the share accepted, "checker_problems": how many, "checker": what checked them}.
-    spec: the user's `file.py:function` (a pairs store), or None for the task's own rules."""
+    """{"checker_one_shot": the share accepted, "checker_problems": how many, "checker": what checked them}:
+    the test split's first `limit` problems (all: None), one-shot at K (None: the trained N_sup), or until
+    stable (auto_cap not None)."""
     split = s.data.test
     if split is None:
         raise ConfigError(f"{s.cfg.data.path}: no test split to check")
     inputs, pids, _ = first_of_groups(split.inputs, split.puzzle_identifiers, split.puzzle_indices,
                                       split.group_indices)
     inputs, pids = inputs[:limit], pids[:limit]
-    checking = checker_for(task, split.meta, spec)
     n_sup = s.model.cfg.halt_max_steps
+    k = k or n_sup
     auto = halting.rule_for(auto_cap, n_sup)[0] if auto_cap is not None else None
     solver = Solver([select_mod.Trajectory(0, False)], k, None, auto, max(1, int(s.run.plan.eval_batch.value)))
     share = one_shot(s, solver, checking, inputs, pids, np.arange(len(inputs)))
