@@ -268,3 +268,13 @@ def test_reblank_without_a_blank_token_or_kept_answers_to_train_is_refused_with_
         _reblank(problems, np.arange(3), "new", str(tmp_path), print)
     with pytest.raises(ConfigError, match="only objective=pseudo trains on them"):
         AdaptConfig(reblank=True, objective="tr-rpg")
+
+
+def test_eval_checker_scores_a_trace_maze_run_by_its_route(root):
+    """`trmkit eval --checker` on a maze run that trains on a trace: its answers folded, judged by the maze's rules."""
+    import trmkit
+    from trmkit.tasks.maze.checker import RULES
+
+    result = trmkit.evaluate(root / "run", root / "new7", checker="", log=lambda m: None)
+    assert result["checker_problems"] == 8 and result["checker"] == RULES
+    assert 0.0 <= result["checker_one_shot"] <= 1.0
