@@ -235,7 +235,11 @@ def _checking(meta, spec: str):
     from trmkit import registry
     from trmkit.tasks.base import checker_for
 
-    return checker_for(registry.get(meta.task), meta, spec or None)
+    try:
+        task = registry.get(meta.task)
+    except KeyError as e:  # registry.get's message lists the known tasks
+        raise ConfigError(f"--checker: {e.args[0]}, so it has no checker (docs/tasks.md, Checkers)") from None
+    return checker_for(task, meta, spec or None)
 
 
 def _eval_arguments(run_dir: Path, steps, vote, pool: str | None, checkpoint: int | None, select: int | None,

@@ -22,7 +22,7 @@ import numpy as np
 from trmkit import config as config_mod
 from trmkit import rundir
 from trmkit.adapt.config import SECTION, AdaptConfig, adapt_config, describe_arm, without_adapt
-from trmkit.adapt.problems import Problems, check_fits, read_problems, size_change, split_problems
+from trmkit.adapt.problems import Problems, check_fits, first_meta, read_problems, size_change, split_problems
 from trmkit.adapt.rounds import Rounds, Source
 from trmkit.adapt.stream import InGrid, MixedStream, Reblank, batch_size_for
 from trmkit.adapt.trrpg import TrRpg
@@ -239,8 +239,6 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
 def _reblank(problems: Problems, adapt_idx: Any, source: str, store: str, log: Log) -> Reblank:
     """adapt.reblank's blank token (the new source's store's, else RUN's store's) and the adapt part's blank
     counts."""
-    from trmkit.adapt.problems import first_meta
-
     blank = problems.meta.blank_id
     where = f"--data {source}"
     if blank is None:
