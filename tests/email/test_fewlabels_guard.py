@@ -245,3 +245,36 @@ def test_the_fallback_regression_reads_the_ids_of_two_labelled_messages_and_pred
     without[0, -2] = 0  # the message without its once-seen id
     logits = part.linear_logits(torch.from_numpy(np.concatenate([with_once, without])))
     assert torch.equal(logits[0], logits[1]) and int(logits[0].argmax()) == y[0]
+
+
+def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_teacher_labels_it(stores,
+                                                                                                 monkeypatch):
+    """The guard cross-fits logistic regression on the labels alone; chosen, it is fitted with the unlabelled
+    messages too, as TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py). Without the
+    store's text it reads the labels alone; with the test labels scrambled the fit is the same."""
+    from trmkit.data.store import open_split
+    from trmkit.email.parts import bag_part, model_of
+    from trmkit.email.selftrain import ids_of
+
+    _, store, scrambled = stores
+    train = open_split(store / "train")
+    meta = train.meta
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=meta.vocab_size, seq_len=meta.seq_len,
+                num_puzzle_ids=1, num_classes=2, part_positions=meta.part_positions)
+    chosen = guard.Choice(method=guard.LR, unlabelled_weight=0.0, scores={}, p_values={}, labels=10)
+    monkeypatch.setattr(guard, "choose", lambda *a, **k: chosen)
+    unlabelled = ids_of(open_split(store / "unlabelled"), meta.part_positions)
+    weights, said = {}, {}
+    for name, where in (("none", None), ("store", store), ("scrambled", scrambled)):
+        model = model_of(base, {"input_linear": True, "input_linear_weighting": "idf",
+                                "input_linear_unlabelled": "em"})
+        lines: list[str] = []
+        linear_fit.fit(model, train.inputs, train.labels, None, c=0.0, log=lines.append, unlabelled=unlabelled,
+                       store=None if where is None else str(where))
+        weights[name], said[name] = bag_part(model).linear_weight.clone(), lines[-1]
+    assert "the unlabelled ones not read (no text of them)" in said["none"]
+    assert (f"the 10 labelled messages, and the {len(unlabelled)} unlabelled ones as TF-IDF + LR of the labelled "
+            "messages' text labels them") in said["store"]
+    assert not torch.equal(weights["none"], weights["store"])
+    assert torch.equal(weights["store"], weights["scrambled"])

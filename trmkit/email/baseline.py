@@ -107,16 +107,29 @@ def run_baseline(train_texts: Sequence[str], train_labels: Sequence[Any], test_t
 
 def store_texts(data: Path, split: str) -> tuple[list[str], list[str]]:
     """(the texts both sides read, the labels) of one split of an e-mail store, from its messages.json."""
+    records = _records(data, split)
+    return _texts(records), [r["label"] for r in records]
+
+
+def split_texts(data: Path, split: str) -> list[str]:
+    """The texts of one split of an e-mail store, as the rival reads them; no label read."""
+    return _texts(_records(data, split))
+
+
+def _records(data: Path, split: str) -> list[dict]:
     from trmkit.config import ConfigError
-    from trmkit.email.mail import Message
     from trmkit.email.task import MESSAGES_FILE
 
     path = Path(data) / split / MESSAGES_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: {data} is not an e-mail store (build it with `trmkit data email`)")
-    records = json.loads(path.read_text())
-    texts = [message_text(Message(subject=r["subject"], sender=r["sender"], body=r["body"])) for r in records]
-    return texts, [r["label"] for r in records]
+    return json.loads(path.read_text())
+
+
+def _texts(records: list[dict]) -> list[str]:
+    from trmkit.email.mail import Message
+
+    return [message_text(Message(subject=r["subject"], sender=r["sender"], body=r["body"])) for r in records]
 
 
 def both_baselines(data: Path, classes: Sequence[str]) -> dict:

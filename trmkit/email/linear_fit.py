@@ -36,6 +36,7 @@ from trmkit.config import ConfigError
 from trmkit.email.progress import slow_steps
 from trmkit.email.input_linear import Features, fold_of, values_of
 from trmkit.email.parts import BagPart, bag_part
+from trmkit.email.text_teacher import Distilled, read
 
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
@@ -174,17 +175,16 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
     reads_idf = idf is not None  # computed by fit() over the labelled and the unlabelled bags
     shared = shared_ids(ids, cfg.vocab_size)
     x_lr = multi_hot(np.where(shared[ids], ids, 0), cfg.vocab_size, idf)
-    ones = torch.ones(len(y))
     choice = guard.choose(x, y, x_u, x_lr, cfg.num_classes, cfg.vocab_size,
-                          lambda xs, ys: _fit_one(xs, ys, ones[:len(ys)], cfg.num_classes, GUARD_C)[:2], log,
+                          lambda xs, ys: _fit_lr(xs, ys, torch.ones(len(ys)), cfg.num_classes), log,
                           groups=guard.groups_of(store) if store is not None else None)
     if store is not None:
         guard.remember(store, choice)
     if choice.method == guard.LR:
-        weight, bias, _ = _fit_one(x_lr, y, ones, cfg.num_classes, GUARD_C)
+        weight, bias, taught = _fit_taught(x_lr, y, unlabelled, shared, idf, cfg.num_classes, store)
         log(f"model: input_linear fitted by logistic regression on the bag's {'idf' if reads_idf else 'binary'} "
-            f"features of the {int(shared.sum())} ids in {LR_MIN_DF}+ labelled messages (C={GUARD_C:g}, "
-            f"{len(y)} labelled messages); the unlabelled ones are not read")
+            f"features of the {int(shared.sum())} ids in {LR_MIN_DF}+ labelled messages (C={GUARD_C:g}): the "
+            f"{len(y)} labelled messages, {taught}")
         idf = idf * torch.from_numpy(shared).float() if reads_idf else None  # the ids left out weigh 0
     else:
         weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight)
@@ -195,6 +195,26 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
     return {"train_accuracy": accuracy, "seconds": time.perf_counter() - start,
             "weighting": "idf" if choice.method == guard.LR and reads_idf else "binary",
             "c": GUARD_C if choice.method == guard.LR else 0.0, "guard": choice.to_dict()}
+
+
+def _fit_lr(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _fit_one(x, y, w, classes, GUARD_C)[:2]
+
+
+def _fit_taught(x_lr: torch.Tensor, y: torch.Tensor, unlabelled: np.ndarray, shared: np.ndarray,
+                idf: torch.Tensor | None, classes: int, store: str | None) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(weight, bias, what it read) of the logistic regression the guard chose: on the labelled messages' bag
+    features x_lr and, where the store holds the messages' text, on the unlabelled ones as TF-IDF + LR of the
+    labelled text labels them (email/text_teacher.py). The guard cross-fitted it on the labelled ones alone."""
+    text = read(store) if store is not None else None
+    if text is None:
+        weight, bias = _fit_lr(x_lr, y, torch.ones(len(y)), classes)
+        return weight, bias, "the unlabelled ones not read (no text of them)"
+    x_u = multi_hot(np.where(shared[unlabelled], unlabelled, 0), x_lr.shape[1], idf)
+    lr = Distilled(x_lr, x_u, text, lambda xs, ys, ws: _fit_lr(xs, ys, ws, classes))
+    weight, bias = lr.fitted(torch.arange(len(y)), y, torch.arange(len(unlabelled)))
+    return weight, bias, (f"and the {len(unlabelled)} unlabelled ones as TF-IDF + LR of the labelled messages' text "
+                          "labels them (email/text_teacher.py)")
 
 
 GUARD_C = 10.0  # the few-label guard's logistic regression: the rival's C (email/baseline.py SETTINGS)
