@@ -57,10 +57,47 @@ def test_what_the_teacher_says_of_the_unlabelled_messages_reaches_the_bags_model
 
     alone = Distilled(x_l, x_u, None, fit).fitted(torch.arange(12), y_l, torch.arange(40))[0]
     taught = Distilled(x_l, x_u, TextCounts.of(texts_l, texts_u), fit)
-    assert torch.equal(taught.teach(torch.arange(12), y_l, torch.arange(40)), torch.tensor([0, 1] * 20))
+    labels, known = taught.teach(torch.arange(12), y_l, torch.arange(40))
+    assert torch.equal(labels, torch.tensor([0, 1] * 20)) and bool(known.all())
     weight = taught.fitted(torch.arange(12), y_l, torch.arange(40))[0]
     assert abs(float(alone[3, 0] - alone[3, 1])) < 0.05
     assert float(weight[3, 0] - weight[3, 1]) > 1.0
     # a fold: the teacher fitted on the labelled rows it is given, the unlabelled rows it is given
-    some = taught.teach(torch.tensor([0, 2, 4, 6, 1, 3]), y_l[[0, 2, 4, 6, 1, 3]], torch.arange(4))
+    some, _ = taught.teach(torch.tensor([0, 2, 4, 6, 1, 3]), y_l[[0, 2, 4, 6, 1, 3]], torch.arange(4))
     assert torch.equal(some, torch.tensor([0, 1, 0, 1]))
+
+
+def test_a_teacher_that_knows_no_word_of_a_message_does_not_label_it():
+    """An unlabelled message with none of the teacher's words would get the labelled majority from the bias
+    alone: it is left out of the student's fit; with no word in 2+ labelled messages there is no teacher."""
+    texts_l = ["cheap pills offer", "cheap offer pills", "agenda meeting notes", "meeting agenda notes"]
+    counts = TextCounts.of(texts_l, ["pills offer", "zebra quartz", "agenda notes"])
+    assert (counts.labelled_rows, counts.unlabelled_rows) == (4, 3)
+    x = linear_fit.multi_hot(np.array([[1], [1], [2], [2]]), 4)
+    x_u = linear_fit.multi_hot(np.array([[1], [3], [2]]), 4)
+    taught = Distilled(x, x_u, counts, lambda xs, ys, ws: linear_fit._fit_one(xs, ys, ws, 2, 10.0)[:2])
+    labels, known = taught.teach(torch.arange(4), torch.tensor([0, 0, 1, 1]), torch.arange(3))
+    assert known.tolist() == [True, False, True] and labels[known].tolist() == [0, 1]
+    alone = Distilled(x, x_u, None, taught.fit).fitted(torch.arange(4), torch.tensor([0, 0, 1, 1]), torch.arange(3))
+    weight = taught.fitted(torch.arange(4), torch.tensor([0, 0, 1, 1]), torch.arange(3))[0]
+    assert float(weight[3].abs().max()) == 0.0 and not torch.equal(weight, alone[0])  # id 3: the unknown message's
+    none = TextCounts.of(["one", "two", "three", "four"], ["one two", "three", "four"])
+    assert none.columns == 0
+    blind = Distilled(x, x_u, none, taught.fit).fitted(torch.arange(4), torch.tensor([0, 0, 1, 1]), torch.arange(3))
+    assert torch.equal(blind[0], alone[0])
+
+
+def test_a_store_without_text_has_no_teacher_and_a_broken_text_file_is_named(tmp_path):
+    from trmkit.config import ConfigError
+    from trmkit.email.text_teacher import read
+
+    for split in ("train", "unlabelled"):
+        (tmp_path / split).mkdir()
+    (tmp_path / "train" / "messages.json").write_text('[{"subject": "s", "sender": "a", "body": "b"}]')
+    assert read(tmp_path) is None  # unlabelled/messages.json missing: the labels alone, said so by the fit
+    (tmp_path / "unlabelled" / "messages.json").write_text('[{"subject": "s", "sender": "a"')
+    with pytest.raises(ConfigError, match=r"unlabelled/messages.json.*not JSON"):
+        read(tmp_path)
+    (tmp_path / "unlabelled" / "messages.json").write_text('[{"subject": "s", "sender": "a"}]')
+    with pytest.raises(ConfigError, match=r"unlabelled/messages.json: message 0 has no 'body'"):
+        read(tmp_path)

@@ -123,7 +123,16 @@ def _records(data: Path, split: str) -> list[dict]:
     path = Path(data) / split / MESSAGES_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: {data} is not an e-mail store (build it with `trmkit data email`)")
-    return json.loads(path.read_text())
+    try:
+        records = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not JSON ({err}): build the store again with `trmkit data email`") from err
+    for i, r in enumerate(records):
+        missing = [key for key in ("subject", "sender", "body") if not isinstance(r, dict) or key not in r]
+        if missing:
+            raise ConfigError(f"{path}: message {i} has no {missing[0]!r}: build the store again with "
+                              "`trmkit data email`")
+    return records
 
 
 def _texts(records: list[dict]) -> list[str]:

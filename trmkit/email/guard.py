@@ -11,8 +11,8 @@ held-out message predicted by a fit without its fold, the unlabelled messages re
     logistic regression of the bag's idf features (C = the rival's 10), on the ids found in 2+ labelled
     messages, as the rival reads the words of 2+ labelled messages (email/linear_fit.py shared_ids);
     cross-fitted on the labelled messages alone, and once chosen fitted with the unlabelled ones too, as
-    TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py; that teacher inside the
-    folds lowered its cross-fitted score below EM's on 4 of 5 mailing-list draws: docs/results.md)
+    TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py; with that teacher inside
+    the folds its cross-fitted score fell, and the sign test kept EM on 4 of 5 mailing-list draws: docs/results.md)
 
 Where the store's test split keeps whole threads or senders apart from the rest (`--split thread |
 sender`), each fold's fits also leave out the unlabelled messages of its held-out messages' threads

@@ -36,7 +36,7 @@ from trmkit.config import ConfigError
 from trmkit.email.progress import slow_steps
 from trmkit.email.input_linear import Features, fold_of, values_of
 from trmkit.email.parts import BagPart, bag_part
-from trmkit.email.text_teacher import Distilled, read
+from trmkit.email.text_teacher import MIN_DF, Distilled, read
 
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
@@ -198,6 +198,7 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
 
 
 def _fit_lr(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The few-label logistic regression's (weight, bias): rows x, labels y, row weights w, at the rival's C."""
     return _fit_one(x, y, w, classes, GUARD_C)[:2]
 
 
@@ -207,9 +208,14 @@ def _fit_taught(x_lr: torch.Tensor, y: torch.Tensor, unlabelled: np.ndarray, sha
     features x_lr and, where the store holds the messages' text, on the unlabelled ones as TF-IDF + LR of the
     labelled text labels them (email/text_teacher.py). The guard cross-fitted it on the labelled ones alone."""
     text = read(store) if store is not None else None
-    if text is None:
+    if text is not None and (text.labelled_rows, text.unlabelled_rows) != (len(y), len(unlabelled)):
+        raise ConfigError(f"{store}: its messages.json files hold {text.labelled_rows} labelled and "
+                          f"{text.unlabelled_rows} unlabelled messages, its splits {len(y)} and {len(unlabelled)}: "
+                          "build the store again with `trmkit data email`")
+    if text is None or not text.columns:
         weight, bias = _fit_lr(x_lr, y, torch.ones(len(y)), classes)
-        return weight, bias, "the unlabelled ones not read (no text of them)"
+        why = "no text of them" if text is None else f"no word of their text is in {MIN_DF}+ labelled messages"
+        return weight, bias, f"the unlabelled ones not read ({why})"
     x_u = multi_hot(np.where(shared[unlabelled], unlabelled, 0), x_lr.shape[1], idf)
     lr = Distilled(x_lr, x_u, text, lambda xs, ys, ws: _fit_lr(xs, ys, ws, classes))
     weight, bias = lr.fitted(torch.arange(len(y)), y, torch.arange(len(unlabelled)))

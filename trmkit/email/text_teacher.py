@@ -49,6 +49,8 @@ class TextCounts:
     labelled: tuple[np.ndarray, np.ndarray, np.ndarray]  # (rows, columns, counts)
     unlabelled: tuple[np.ndarray, np.ndarray, np.ndarray]
     columns: int
+    labelled_rows: int  # messages read (a message with no such n-gram has no entry)
+    unlabelled_rows: int
 
     @classmethod
     def of(cls, labelled: list[str], unlabelled: list[str]) -> "TextCounts":
@@ -59,7 +61,7 @@ class TextCounts:
                 df[gram] = df.get(gram, 0) + 1
         index = {gram: i for i, gram in enumerate(sorted(g for g, n in df.items() if n >= MIN_DF))}
         return cls(_triples(bags, index), _triples((ngrams(text.lower()) for text in unlabelled), index),
-                   len(index))
+                   len(index), len(labelled), len(unlabelled))
 
     def features(self, fit_rows: np.ndarray, unlabelled_rows: np.ndarray
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,20 +115,27 @@ class Distilled:
 
     def fitted(self, kept: torch.Tensor, y_kept: torch.Tensor, unlabelled: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weight, bias) from the labelled rows `kept` (labels y_kept) and the unlabelled rows `unlabelled`."""
+        """(weight, bias) from the labelled rows `kept` (labels y_kept) and the unlabelled rows `unlabelled` the
+        teacher knows a word of (one it knows none of would get the labelled majority from its bias alone)."""
         x, y, w = _rows(self.x_l, kept), y_kept, torch.ones(len(kept))
-        if self.text is not None and len(unlabelled):
-            taught = self.teach(kept, y_kept, unlabelled)
-            share = UNLABELLED_WEIGHT * len(kept) / len(unlabelled)
-            x = torch.cat([x, _rows(self.x_u, unlabelled)]).coalesce()
-            y, w = torch.cat([y, taught]), torch.cat([w, torch.full((len(unlabelled),), share)])
+        if self.text is not None and self.text.columns and len(unlabelled):
+            taught, known = self.teach(kept, y_kept, unlabelled)
+            rows = unlabelled[known]
+            if len(rows):
+                share = UNLABELLED_WEIGHT * len(kept) / len(rows)
+                x = torch.cat([x, _rows(self.x_u, rows)]).coalesce()
+                y, w = torch.cat([y, taught[known]]), torch.cat([w, torch.full((len(rows),), share)])
         return self.fit(x, y, w)
 
-    def teach(self, kept: torch.Tensor, y_kept: torch.Tensor, unlabelled: torch.Tensor) -> torch.Tensor:
-        """(len(unlabelled),) the teacher's class for each unlabelled row, fitted on the labelled rows kept."""
+    def teach(self, kept: torch.Tensor, y_kept: torch.Tensor, unlabelled: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(len(unlabelled),) the teacher's class for each unlabelled row, fitted on the labelled rows kept, and
+        (len(unlabelled),) bool: whether the row holds a word of the teacher's vocabulary."""
         t_l, t_u = self.text.features(kept.numpy(), unlabelled.numpy())
         weight, bias = self.fit(t_l, y_kept, torch.ones(len(kept)))
-        return (torch.sparse.mm(t_u, weight) + bias).argmax(1)
+        known = torch.zeros(len(unlabelled), dtype=torch.bool)
+        known[t_u.indices()[0]] = True
+        return (torch.sparse.mm(t_u, weight) + bias).argmax(1), known
 
 
 def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
