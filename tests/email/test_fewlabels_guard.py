@@ -279,3 +279,52 @@ def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_t
             "messages' text labels them") in said["store"]
     assert not torch.equal(weights["none"], weights["store"])
     assert torch.equal(weights["store"], weights["scrambled"])
+
+
+def test_em_starts_from_the_classes_the_text_taught_where_the_store_has_its_text(stores, monkeypatch):
+    """Where the guard keeps EM and the store holds the messages' text, EM starts from the unlabelled messages'
+    classes by the logistic regression the text taught, not from naive Bayes on the labels alone; the same fit
+    with the test labels scrambled."""
+    from trmkit.data.store import open_split
+    from trmkit.email.parts import bag_part, model_of
+    from trmkit.email.selftrain import ids_of
+
+    _, store, scrambled = stores
+    train = open_split(store / "train")
+    meta = train.meta
+    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
+                mixer="attention", puzzle_emb_len=0, vocab_size=meta.vocab_size, seq_len=meta.seq_len,
+                num_puzzle_ids=1, num_classes=2, part_positions=meta.part_positions)
+    kept = guard.Choice(method="em", unlabelled_weight=guard.DEFAULT, scores={}, p_values={}, labels=10)
+    monkeypatch.setattr(guard, "choose", lambda *a, **k: kept)
+    monkeypatch.setattr(guard, "_CHOICES", {})
+    unlabelled = ids_of(open_split(store / "unlabelled"), meta.part_positions)
+    weights, said = {}, {}
+    for name, where in (("none", None), ("store", store), ("scrambled", scrambled)):
+        model = model_of(base, {"input_linear": True, "input_linear_unlabelled": "em"})
+        lines: list[str] = []
+        linear_fit.fit(model, train.inputs, train.labels, None, c=0.0, log=lines.append, unlabelled=unlabelled,
+                       store=None if where is None else str(where))
+        weights[name], said[name] = bag_part(model).linear_weight.clone(), "\n".join(lines)
+    assert "EM starts from" not in said["none"]
+    assert "EM starts from the unlabelled messages' classes by the logistic regression the text taught" in said["store"]
+    assert torch.equal(weights["store"], weights["scrambled"])
+
+
+def test_em_from_a_given_start_moves_from_it_and_from_its_own_start_is_unchanged():
+    rng = np.random.default_rng(0)
+    y_l, y_u = np.repeat([0, 1], 10), rng.integers(0, 2, 200)
+    x_l = linear_fit.multi_hot(_bags(rng, y_l, rng.integers(0, 2, 20)), VOCAB)
+    x_u = nb_em.Rows.of(linear_fit.multi_hot(_bags(rng, y_u, rng.integers(0, 2, 200)), VOCAB))
+    y = torch.from_numpy(y_l)
+    own = nb_em.solve(nb_em.Rows.of(x_l), y, x_u, 2, VOCAB, 4.0)
+    w0, b0 = nb_em._m_step(nb_em.Rows.of(x_l), torch.nn.functional.one_hot(y, 2).float(), None, None, 0.0, VOCAB)
+    same = nb_em.solve(nb_em.Rows.of(x_l), y, x_u, 2, VOCAB, 4.0, start_from=nb_em._e_step(x_u, w0, b0))
+    assert torch.equal(own[0], same[0]) and own[2] == same[2]
+    truth = torch.nn.functional.one_hot(torch.from_numpy(y_u), 2).float()  # a start that knows the classes
+    told = nb_em.solve(nb_em.Rows.of(x_l), y, x_u, 2, VOCAB, 4.0, start_from=truth)
+    assert not torch.equal(own[0], told[0])
+    assert float((told[3] == torch.from_numpy(y_u)).float().mean()) > float((own[3] == torch.from_numpy(y_u))
+                                                                           .float().mean())
+    assert torch.equal(nb_em.solve(nb_em.Rows.of(x_l), y, x_u, 2, VOCAB, 0.0, start_from=truth)[0],
+                       nb_em.solve(nb_em.Rows.of(x_l), y, x_u, 2, VOCAB, 0.0)[0])  # weight 0: no round, no start

@@ -13,6 +13,8 @@ held-out message predicted by a fit without its fold, the unlabelled messages re
     cross-fitted on the labelled messages alone, and once chosen fitted with the unlabelled ones too, as
     TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py; with that teacher inside
     the folds its cross-fitted score fell, and the sign test kept EM on 4 of 5 mailing-list draws: docs/results.md)
+The candidates are cross-fitted as listed; the text works on the chosen one's final fit alone (EM then starts
+from that regression's classes of the unlabelled mail: email/linear_fit.py `_em_start`).
 
 Where the store's test split keeps whole threads or senders apart from the rest (`--split thread |
 sender`), each fold's fits also leave out the unlabelled messages of its held-out messages' threads

@@ -36,7 +36,7 @@ from trmkit.config import ConfigError
 from trmkit.email.progress import slow_steps
 from trmkit.email.input_linear import Features, fold_of, values_of
 from trmkit.email.parts import BagPart, bag_part
-from trmkit.email.text_teacher import MIN_DF, Distilled, read
+from trmkit.email.text_teacher import MIN_DF, Distilled, TextCounts, read
 
 Log = Callable[[str], None]
 MAX_ITERATIONS = 500
@@ -180,14 +180,17 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
                           groups=guard.groups_of(store) if store is not None else None)
     if store is not None:
         guard.remember(store, choice)
+    text = read(store) if store is not None else None
+    x_u_lr = multi_hot(np.where(shared[unlabelled], unlabelled, 0), cfg.vocab_size, idf)
     if choice.method == guard.LR:
-        weight, bias, taught = _fit_taught(x_lr, y, unlabelled, shared, idf, cfg.num_classes, store)
+        weight, bias, taught = _fit_taught(x_lr, y, x_u_lr, text, cfg.num_classes)
         log(f"model: input_linear fitted by logistic regression on the bag's {'idf' if reads_idf else 'binary'} "
             f"features of the {int(shared.sum())} ids in {LR_MIN_DF}+ labelled messages (C={GUARD_C:g}): the "
             f"{len(y)} labelled messages, {taught}")
         idf = idf * torch.from_numpy(shared).float() if reads_idf else None  # the ids left out weigh 0
     else:
-        weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight)
+        weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight,
+                                 _em_start(x_lr, y, x_u_lr, text, cfg.num_classes, choice.unlabelled_weight, log))
     _set_linear(part, weight, bias)
     _set_idf(part, idf, choice.method == guard.LR)
     features = x_lr if choice.method == guard.LR else x
@@ -202,25 +205,39 @@ def _fit_lr(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, classes: int) -> 
     return _fit_one(x, y, w, classes, GUARD_C)[:2]
 
 
-def _fit_taught(x_lr: torch.Tensor, y: torch.Tensor, unlabelled: np.ndarray, shared: np.ndarray,
-                idf: torch.Tensor | None, classes: int, store: str | None) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """(weight, bias, what it read) of the logistic regression the guard chose: on the labelled messages' bag
-    features x_lr and, where the store holds the messages' text, on the unlabelled ones as TF-IDF + LR of the
-    labelled text labels them (email/text_teacher.py). The guard cross-fitted it on the labelled ones alone."""
-    text = read(store) if store is not None else None
-    if text is not None and (text.labelled_rows, text.unlabelled_rows) != (len(y), len(unlabelled)):
-        raise ConfigError(f"{store}: its messages.json files hold {text.labelled_rows} labelled and "
-                          f"{text.unlabelled_rows} unlabelled messages, its splits {len(y)} and {len(unlabelled)}: "
+def _fit_taught(x_lr: torch.Tensor, y: torch.Tensor, x_u_lr: torch.Tensor, text: TextCounts | None, classes: int
+                ) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(weight, bias, what it read) of the logistic regression of the bag's features (x_lr labelled, x_u_lr
+    unlabelled): on the labelled messages and, where the store holds the messages' text, on the unlabelled ones
+    as TF-IDF + LR of the labelled text labels them (email/text_teacher.py). The guard cross-fitted it on the
+    labelled ones alone."""
+    unlabelled = len(x_u_lr)
+    if text is not None and (text.labelled_rows, text.unlabelled_rows) != (len(y), unlabelled):
+        raise ConfigError(f"the store's messages.json files hold {text.labelled_rows} labelled and "
+                          f"{text.unlabelled_rows} unlabelled messages, its splits {len(y)} and {unlabelled}: "
                           "build the store again with `trmkit data email`")
     if text is None or not text.columns:
         weight, bias = _fit_lr(x_lr, y, torch.ones(len(y)), classes)
         why = "no text of them" if text is None else f"no word of their text is in {MIN_DF}+ labelled messages"
         return weight, bias, f"the unlabelled ones not read ({why})"
-    x_u = multi_hot(np.where(shared[unlabelled], unlabelled, 0), x_lr.shape[1], idf)
-    lr = Distilled(x_lr, x_u, text, lambda xs, ys, ws: _fit_lr(xs, ys, ws, classes))
-    weight, bias = lr.fitted(torch.arange(len(y)), y, torch.arange(len(unlabelled)))
-    return weight, bias, (f"and the {len(unlabelled)} unlabelled ones as TF-IDF + LR of the labelled messages' text "
+    lr = Distilled(x_lr, x_u_lr, text, lambda xs, ys, ws: _fit_lr(xs, ys, ws, classes))
+    weight, bias = lr.fitted(torch.arange(len(y)), y, torch.arange(unlabelled))
+    return weight, bias, (f"and the {unlabelled} unlabelled ones as TF-IDF + LR of the labelled messages' text "
                           "labels them (email/text_teacher.py)")
+
+
+def _em_start(x_lr: torch.Tensor, y: torch.Tensor, x_u_lr: torch.Tensor, text: TextCounts | None, classes: int,
+              unlabelled_weight: float, log: Log) -> torch.Tensor | None:
+    """Where EM reads the unlabelled mail and the store holds its text: the unlabelled messages' class
+    probabilities by the logistic regression the text taught (`_fit_taught`), for EM to start from instead of
+    naive Bayes on the labels alone. Measured (the linear model alone, 5 draws, 10 labels per class, minus the
+    rival; benchmarks/email_teacher.py): SpamAssassin +0.092 -> +0.109, Turkish +0.036 -> +0.064."""
+    if unlabelled_weight == 0 or text is None or not text.columns:
+        return None
+    weight, bias, _ = _fit_taught(x_lr, y, x_u_lr, text, classes)
+    log(f"model: input_linear EM starts from the unlabelled messages' classes by the logistic regression the text "
+        f"taught (email/text_teacher.py), not from naive Bayes on the {len(y)} labels alone")
+    return torch.softmax(torch.sparse.mm(x_u_lr, weight) + bias, dim=1)
 
 
 GUARD_C = 10.0  # the few-label guard's logistic regression: the rival's C (email/baseline.py SETTINGS)

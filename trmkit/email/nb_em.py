@@ -11,7 +11,9 @@ and Mitchell 2000, "Text classification from labeled and unlabeled documents usi
             m[c]: the same weights summed; V: the vocabulary's size
     E-step  P(c | message) = softmax_c(log prior[c] + sum over the message's ids j of log theta[c, j])
 
-starting from the fit on the labelled messages alone, for ITERATIONS rounds. The answer is a linear
+starting from the fit on the labelled messages alone (or from the given class probabilities of the unlabelled
+messages: the e-mail fit gives those of the logistic regression the messages' text taught, email/linear_fit.py
+`_em_start`), for ITERATIONS rounds. The answer is a linear
 model of the bag's binary ids (W[j, c] = log theta[c, j], b = log prior), so it fills the model's
 frozen linear buffers (email.input_linear) as the logistic regression does, and the recursion learns beside it.
 Each id's row and the bias are centred over the classes (each message's logits then sum to 0): the
@@ -67,14 +69,17 @@ class Rows:
 
 
 def fit(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor | Rows, classes: int, vocab: int,
-        log: Log = print, unlabelled_weight: float = UNLABELLED_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
+        log: Log = print, unlabelled_weight: float = UNLABELLED_WEIGHT, start_from: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight (vocab, classes), bias (classes,)): x_l / x_u the labelled / unlabelled messages' sparse
     (rows, vocab) id counts, y_l the labels. The pad id's row of weight is 0. unlabelled_weight: the
-    unlabelled messages' total weight in units of the labelled ones' (0: naive Bayes on the labelled alone)."""
+    unlabelled messages' total weight in units of the labelled ones' (0: naive Bayes on the labelled alone).
+    start_from: the unlabelled messages' class probabilities (rows, classes) EM starts from (see `solve`)."""
     start = time.perf_counter()
     unlabelled = x_u if isinstance(x_u, Rows) else Rows.of(x_u)
     say = slow_steps(log, start)
-    weight, bias, moved, answers = solve(Rows.of(x_l), y_l, unlabelled, classes, vocab, unlabelled_weight, say)
+    weight, bias, moved, answers = solve(Rows.of(x_l), y_l, unlabelled, classes, vocab, unlabelled_weight, say,
+                                         start_from)
     weight, bias = weight - weight.mean(1, keepdim=True), bias - bias.mean()  # the same posterior, centred
     weight[0] = 0.0
     lam = unlabelled_weight * len(y_l) / max(1, len(unlabelled))
@@ -87,13 +92,15 @@ def fit(x_l: torch.Tensor, y_l: torch.Tensor, x_u: torch.Tensor | Rows, classes:
 
 
 def solve(labelled: Rows, y_l: torch.Tensor, unlabelled: Rows, classes: int, vocab: int, unlabelled_weight: float,
-          say: Log | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int], torch.Tensor]:
+          say: Log | None = None, start_from: torch.Tensor | None = None
+          ) -> tuple[torch.Tensor, torch.Tensor, list[int], torch.Tensor]:
     """EM itself: (log theta (vocab, classes), log prior (classes,), unlabelled answers changed per round, the
-    unlabelled messages' last answers). unlabelled_weight 0: the labelled fit alone, no round."""
+    unlabelled messages' last answers). unlabelled_weight 0: the labelled fit alone, no round. EM starts from
+    `start_from` (the unlabelled messages' class probabilities) where given, else from the labelled fit's."""
     resp_l = torch.nn.functional.one_hot(y_l, classes).float()
     lam = unlabelled_weight * len(y_l) / max(1, len(unlabelled))
     weight, bias = _m_step(labelled, resp_l, None, None, lam, vocab)
-    resp_u = _e_step(unlabelled, weight, bias)
+    resp_u = _e_step(unlabelled, weight, bias) if start_from is None or lam == 0 else start_from.float()
     answers, moved = resp_u.argmax(1), []
     for round_ in range(ITERATIONS if lam > 0 else 0):  # each round's E-step is also the next round's start
         weight, bias = _m_step(labelled, resp_l, unlabelled, resp_u, lam, vocab)
