@@ -247,11 +247,9 @@ def test_the_fallback_regression_reads_the_ids_of_two_labelled_messages_and_pred
     assert torch.equal(logits[0], logits[1]) and int(logits[0].argmax()) == y[0]
 
 
-def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_teacher_labels_it(stores,
-                                                                                                 monkeypatch):
-    """The guard cross-fits logistic regression on the labels alone; chosen, it is fitted with the unlabelled
-    messages too, as TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py). Without the
-    store's text it reads the labels alone; with the test labels scrambled the fit is the same."""
+def _fits_with(stores, choice: guard.Choice, monkeypatch) -> tuple[dict, dict]:
+    """The bag model's fit on the store's labelled and unlabelled messages when the guard makes `choice`: without
+    the store's text ("none"), with it ("store"), with the test labels scrambled ("scrambled"); (weights, logs)."""
     from trmkit.data.store import open_split
     from trmkit.email.parts import bag_part, model_of
     from trmkit.email.selftrain import ids_of
@@ -262,8 +260,7 @@ def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_t
     base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
                 mixer="attention", puzzle_emb_len=0, vocab_size=meta.vocab_size, seq_len=meta.seq_len,
                 num_puzzle_ids=1, num_classes=2, part_positions=meta.part_positions)
-    chosen = guard.Choice(method=guard.LR, unlabelled_weight=0.0, scores={}, p_values={}, labels=10)
-    monkeypatch.setattr(guard, "choose", lambda *a, **k: chosen)
+    monkeypatch.setattr(guard, "choose", lambda *a, **k: choice)
     monkeypatch.setattr(guard, "_CHOICES", {})  # the fit remembers the stand-in choice: not past this test
     unlabelled = ids_of(open_split(store / "unlabelled"), meta.part_positions)
     weights, said = {}, {}
@@ -273,9 +270,20 @@ def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_t
         lines: list[str] = []
         linear_fit.fit(model, train.inputs, train.labels, None, c=0.0, log=lines.append, unlabelled=unlabelled,
                        store=None if where is None else str(where))
-        weights[name], said[name] = bag_part(model).linear_weight.clone(), lines[-1]
+        weights[name], said[name] = bag_part(model).linear_weight.clone(), "\n".join(lines)
+    return weights, said
+
+
+def test_once_chosen_the_regression_also_reads_the_unlabelled_mail_as_the_text_teacher_labels_it(stores,
+                                                                                                 monkeypatch):
+    """The guard cross-fits logistic regression on the labels alone; chosen, it is fitted with the unlabelled
+    messages too, as TF-IDF + LR of the labelled messages' text labels them (email/text_teacher.py). Without the
+    store's text it reads the labels alone; with the test labels scrambled the fit is the same."""
+    chosen = guard.Choice(method=guard.LR, unlabelled_weight=0.0, scores={}, p_values={}, labels=10)
+    weights, said = _fits_with(stores, chosen, monkeypatch)
+    unlabelled = len(json.loads((stores[1] / "unlabelled" / "messages.json").read_text()))
     assert "the unlabelled ones not read (no text of them)" in said["none"]
-    assert (f"the 10 labelled messages, and the {len(unlabelled)} unlabelled ones as TF-IDF + LR of the labelled "
+    assert (f"the 10 labelled messages, and the {unlabelled} unlabelled ones as TF-IDF + LR of the labelled "
             "messages' text labels them") in said["store"]
     assert not torch.equal(weights["none"], weights["store"])
     assert torch.equal(weights["store"], weights["scrambled"])
@@ -285,27 +293,8 @@ def test_em_starts_from_the_classes_the_text_taught_where_the_store_has_its_text
     """Where the guard keeps EM and the store holds the messages' text, EM starts from the unlabelled messages'
     classes by the logistic regression the text taught, not from naive Bayes on the labels alone; the same fit
     with the test labels scrambled."""
-    from trmkit.data.store import open_split
-    from trmkit.email.parts import bag_part, model_of
-    from trmkit.email.selftrain import ids_of
-
-    _, store, scrambled = stores
-    train = open_split(store / "train")
-    meta = train.meta
-    base = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1,
-                mixer="attention", puzzle_emb_len=0, vocab_size=meta.vocab_size, seq_len=meta.seq_len,
-                num_puzzle_ids=1, num_classes=2, part_positions=meta.part_positions)
     kept = guard.Choice(method="em", unlabelled_weight=guard.DEFAULT, scores={}, p_values={}, labels=10)
-    monkeypatch.setattr(guard, "choose", lambda *a, **k: kept)
-    monkeypatch.setattr(guard, "_CHOICES", {})
-    unlabelled = ids_of(open_split(store / "unlabelled"), meta.part_positions)
-    weights, said = {}, {}
-    for name, where in (("none", None), ("store", store), ("scrambled", scrambled)):
-        model = model_of(base, {"input_linear": True, "input_linear_unlabelled": "em"})
-        lines: list[str] = []
-        linear_fit.fit(model, train.inputs, train.labels, None, c=0.0, log=lines.append, unlabelled=unlabelled,
-                       store=None if where is None else str(where))
-        weights[name], said[name] = bag_part(model).linear_weight.clone(), "\n".join(lines)
+    weights, said = _fits_with(stores, kept, monkeypatch)
     assert "EM starts from" not in said["none"]
     assert "EM starts from the unlabelled messages' classes by the logistic regression the text taught" in said["store"]
     assert torch.equal(weights["store"], weights["scrambled"])
