@@ -61,12 +61,11 @@ def scores(store: Path) -> dict[str, float]:
 
     text = text_teacher.read(store)
     out["lr"] = f1(*text_teacher.Distilled(x_l, x_u, None, fit).fitted(torch.arange(len(y)), y, torch.arange(0)), idf)
-    for weight in WEIGHTS:
-        text_teacher.UNLABELLED_WEIGHT = weight
-        student = text_teacher.Distilled(x_l, x_u, text, fit)
-        out[f"taught {weight:g}"] = f1(*student.fitted(torch.arange(len(y)), y, torch.arange(len(ids_u))), idf)
-    text_teacher.UNLABELLED_WEIGHT = WEIGHTS[0]
-    weight, bias = text_teacher.Distilled(x_l, x_u, text, fit).fitted(torch.arange(len(y)), y, torch.arange(len(ids_u)))
+    students = {w: text_teacher.Distilled(x_l, x_u, text, fit, w).fitted(torch.arange(len(y)), y,
+                                                                          torch.arange(len(ids_u)))
+                for w in WEIGHTS}
+    out.update({f"taught {w:g}": f1(*student, idf) for w, student in students.items()})
+    weight, bias = students[text_teacher.UNLABELLED_WEIGHT]
     start = torch.softmax(torch.sparse.mm(x_u, weight) + bias, dim=1)
     out["em taught"] = f1(*nb_em.fit(lf.multi_hot(ids, vocab), y, lf.multi_hot(ids_u, vocab), classes, vocab,
                                      lambda line: None, start_from=start), None)

@@ -59,6 +59,12 @@ PRUNE_AT = 2_000_000  # words mode: distinct n-grams counted (about 250 MB) befo
 _LOGS = np.array([0.0] + [math.log(c) for c in range(1, 4097)])  # math.log of the small counts a message has
 
 
+def smooth_idf(n: int, df: np.ndarray) -> np.ndarray:
+    """log((1 + n) / (1 + df)) + 1 of each document frequency df among n documents: scikit-learn's smooth idf,
+    which the bag, the bag's linear model and the few-label text teacher all read."""
+    return np.log((1 + n) / (1 + df)) + 1
+
+
 def bag_text(subject: str, sender: str, body: str) -> str:
     """The text a message's bag is read from: its fields as the tokenizer normalises them."""
     from trmkit.email.tokenizer import normalize
@@ -115,11 +121,11 @@ class Bag:
             for text in texts:
                 n += 1
                 df[list({bucket(g, buckets) for g in ngrams(text, WORD_RULE)})] += 1
-            return cls(positions, buckets, vocab_offset, np.log((1 + n) / (1 + df)) + 1)
+            return cls(positions, buckets, vocab_offset, smooth_idf(n, df))
         counts, n = _document_frequencies(texts)
         kept = sorted((g for g, c in counts.items() if c >= MIN_DF), key=lambda g: (-counts[g], g))[:buckets]
         df = np.array([counts[g] for g in kept], dtype=np.float64)
-        return cls(positions, len(kept), vocab_offset, np.log((1 + n) / (1 + df)) + 1, words=kept)
+        return cls(positions, len(kept), vocab_offset, smooth_idf(n, df), words=kept)
 
     def ids(self, text: str) -> np.ndarray:
         """(positions,) ids of the message's top n-grams by tf-idf (sub-linear tf), 0 (pad) after.

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from trmkit.config import ConfigError
+from trmkit.email.bag import smooth_idf
 from trmkit.email.progress import slow_steps
 from trmkit.email.input_linear import Features, fold_of, values_of
 from trmkit.email.parts import BagPart, bag_part
@@ -53,7 +54,7 @@ def multi_hot(ids: np.ndarray, vocab_size: int, idf: Features = None) -> torch.T
 
 def document_idf(ids: np.ndarray, vocab_size: int) -> torch.Tensor:
     """(vocab,) log((1 + N) / (1 + df)) + 1 over N bags (df: bags holding the id); the pad id's is 0."""
-    idf = torch.from_numpy(np.log((1 + len(ids)) / (1 + document_frequency(ids, vocab_size))) + 1).float()
+    idf = torch.from_numpy(smooth_idf(len(ids), document_frequency(ids, vocab_size))).float()
     idf[0] = 0.0
     return idf
 
@@ -180,13 +181,14 @@ def _fit_em(model: torch.nn.Module, ids: np.ndarray, y: torch.Tensor, unlabelled
                           groups=guard.groups_of(store) if store is not None else None)
     if store is not None:
         guard.remember(store, choice)
-    text = read(store) if store is not None else None
-    x_u_lr = multi_hot(np.where(shared[unlabelled], unlabelled, 0), cfg.vocab_size, idf)
+    taught = choice.method == guard.LR or choice.unlabelled_weight > 0  # where the text can teach the fit
+    text = read(store) if store is not None and taught else None
+    x_u_lr = multi_hot(np.where(shared[unlabelled], unlabelled, 0), cfg.vocab_size, idf) if taught else None
     if choice.method == guard.LR:
-        weight, bias, taught = _fit_taught(x_lr, y, x_u_lr, text, cfg.num_classes)
+        weight, bias, read_how = _fit_taught(x_lr, y, x_u_lr, text, cfg.num_classes)
         log(f"model: input_linear fitted by logistic regression on the bag's {'idf' if reads_idf else 'binary'} "
             f"features of the {int(shared.sum())} ids in {LR_MIN_DF}+ labelled messages (C={GUARD_C:g}): the "
-            f"{len(y)} labelled messages, {taught}")
+            f"{len(y)} labelled messages, {read_how}")
         idf = idf * torch.from_numpy(shared).float() if reads_idf else None  # the ids left out weigh 0
     else:
         weight, bias = nb_em.fit(x, y, x_u, cfg.num_classes, cfg.vocab_size, log, choice.unlabelled_weight,
@@ -226,8 +228,8 @@ def _fit_taught(x_lr: torch.Tensor, y: torch.Tensor, x_u_lr: torch.Tensor, text:
                           "labels them (email/text_teacher.py)")
 
 
-def _em_start(x_lr: torch.Tensor, y: torch.Tensor, x_u_lr: torch.Tensor, text: TextCounts | None, classes: int,
-              unlabelled_weight: float, log: Log) -> torch.Tensor | None:
+def _em_start(x_lr: torch.Tensor, y: torch.Tensor, x_u_lr: torch.Tensor | None, text: TextCounts | None,
+              classes: int, unlabelled_weight: float, log: Log) -> torch.Tensor | None:
     """Where EM reads the unlabelled mail and the store holds its text: the unlabelled messages' class
     probabilities by the logistic regression the text taught (`_fit_taught`), for EM to start from instead of
     naive Bayes on the labels alone. Measured (the linear model alone, 5 draws, 10 labels per class, minus the

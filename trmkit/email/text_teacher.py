@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from trmkit.email.bag import ngrams
+from trmkit.email.bag import ngrams, smooth_idf
 
 FitLR = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # (x, y, w)
 MIN_DF = 2  # the rival's min_df: an n-gram of fewer labelled messages is no feature
@@ -74,9 +74,9 @@ class TextCounts:
         fit = np.isin(rows, fit_rows)
         df = np.bincount(cols[fit], minlength=self.columns)
         kept = df >= MIN_DF
-        idf = np.where(kept, np.log((1 + len(fit_rows)) / (1 + df)) + 1, 0.0)
-        return (_tfidf(rows, cols, counts, fit_rows, idf),
-                _tfidf(*self.unlabelled, unlabelled_rows, idf))
+        idf = np.where(kept, smooth_idf(len(fit_rows), df), 0.0)
+        return (_tfidf(self.labelled, self.labelled_rows, fit_rows, idf),
+                _tfidf(self.unlabelled, self.unlabelled_rows, unlabelled_rows, idf))
 
 
 def _triples(bags, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -91,12 +91,14 @@ def _triples(bags, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.nd
     return np.array(rows, np.int64), np.array(cols, np.int64), np.array(counts, np.float64)
 
 
-def _tfidf(rows: np.ndarray, cols: np.ndarray, counts: np.ndarray, chosen: np.ndarray, idf: np.ndarray
+def _tfidf(triple: tuple[np.ndarray, np.ndarray, np.ndarray], total: int, chosen: np.ndarray, idf: np.ndarray
            ) -> torch.Tensor:
-    """(len(chosen), columns): for the chosen rows, in their order, (1 + log tf) x idf, rows L2-normalised."""
-    position = np.full(int(max(rows.max(initial=-1), chosen.max(initial=-1))) + 1, -1, np.int64)
+    """(len(chosen), columns): of one side's `total` messages (its (rows, columns, counts)), the chosen rows
+    in their order, (1 + log tf) x idf, rows L2-normalised."""
+    rows, cols, counts = triple
+    position = np.full(total, -1, np.int64)
     position[chosen] = np.arange(len(chosen))
-    at = position[rows] if len(rows) else rows
+    at = position[rows]
     keep = (at >= 0) & (idf[cols] > 0)
     r, c = at[keep], cols[keep]
     v = (1 + np.log(counts[keep])) * idf[c]
@@ -115,6 +117,7 @@ class Distilled:
     x_u: torch.Tensor  # (unlabelled, vocab)
     text: TextCounts | None
     fit: FitLR  # (x, y, w) -> (weight, bias) at the rival's C: the student's fit and the teacher's
+    unlabelled_weight: float = UNLABELLED_WEIGHT  # the taught rows' total weight, in units of the labelled ones'
 
     def fitted(self, kept: torch.Tensor, y_kept: torch.Tensor, unlabelled: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,7 +128,7 @@ class Distilled:
             taught, known = self.teach(kept, y_kept, unlabelled)
             rows = unlabelled[known]
             if len(rows):
-                share = UNLABELLED_WEIGHT * len(kept) / len(rows)
+                share = self.unlabelled_weight * len(kept) / len(rows)
                 x = torch.cat([x, _rows(self.x_u, rows)]).coalesce()
                 y, w = torch.cat([y, taught[known]]), torch.cat([w, torch.full((len(rows),), share)])
         return self.fit(x, y, w)
