@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trmkit.config import ModelConfig
+from trmkit.config import Config, ModelConfig
 from trmkit.data.stream import Batch
 from trmkit.data.variants import Variants
 from trmkit.model.parts import Part
@@ -31,7 +31,7 @@ def trace_model() -> TRM:
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=2,
                       puzzle_emb_len=2, vocab_size=V, seq_len=L, num_puzzle_ids=2, trace_answers="2,2,2")
-    model = TRM(cfg, maze.TASK.model_parts(cfg)).eval()
+    model = TRM(cfg, maze.TASK.model_parts(Config(model=cfg))).eval()
     with torch.no_grad():
         model.lm_head.weight.zero_()  # every output alike: the fold alone decides the answer
     return model
@@ -47,7 +47,7 @@ def test_the_fold_is_the_maze_tasks_part_and_widens_the_head():
     model = trace_model()
     assert [type(p) for p in model.parts] == [AnswerFold] and model.extra_outputs == 3
     assert model.lm_head.out_features == V + 3
-    assert maze.TASK.model_parts(dataclasses.replace(model.cfg, trace_answers="")) == ()
+    assert maze.TASK.model_parts(Config(model=dataclasses.replace(model.cfg, trace_answers=""))) == ()
     assert model_parts("maze") is maze.TASK.model_parts and model_parts("email") is None
     assert set(model.state_dict()) == set(TRM(model.cfg, [Part(extra_outputs=3)]).state_dict())  # no weights
     carry = model.initial_carry(3)

@@ -146,9 +146,14 @@ def test_a_trace_run_trains_resumes_exactly_and_evaluates_the_answer(tmp_path, m
     capsys.readouterr()
     assert cli.main(["eval", str(tmp_path / "a"), "--data", str(tmp_path / "m11"), "--steps", "auto:6",
                      "run.threads=1"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    result = json.loads(out.out)
     assert 0 <= result["valid_path_accuracy"] <= 1 and 1 <= result["steps_used_mean"] <= 6
     assert result["loss"] > 0  # the answer's loss: trace tokens folded in, on the store's plain labels
+    assert "eval: a model trained on a trace: evaluation reads the route along the model's arrows" in out.err
+    assert cli.main(["eval", str(tmp_path / "a"), "--data", str(tmp_path / "m11"), "maze.read=fold",
+                     "run.threads=1"]) == 0
+    assert "reads the cells the model marks 'o' (maze.read=fold" in capsys.readouterr().err
 
 
 def test_a_trace_needs_a_generator_that_writes_one(tmp_path, monkeypatch, capsys):

@@ -168,7 +168,8 @@ def before_the_maze_section(config: dict) -> dict:
     """A config as Config.to_dict() wrote it when data held the maze generator's knobs."""
     old = {name: dict(values) for name, values in config.items() if name != "maze"}
     old["data"] = {k: v for k, v in old["data"].items() if k != "trace"}
-    old["data"].update({**dict(hardness=0, easy_share=0.5, long_share=0.0), **config.get("maze", {}),
+    knobs = {k: v for k, v in config.get("maze", {}).items() if k != "read"}  # read came with the section
+    old["data"].update({**dict(hardness=0, easy_share=0.5, long_share=0.0), **knobs,
                         "trace": config["data"]["trace"]})
     return old
 

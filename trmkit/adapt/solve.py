@@ -119,7 +119,7 @@ def until_stable(model, ctx, solver: Solver, inputs: np.ndarray, puzzle_ids: np.
     x = torch.from_numpy(np.ascontiguousarray(x)).to(ctx.device)
     pids = torch.from_numpy(np.asarray(puzzle_ids)).to(ctx.device, torch.int64)
     logits, q, _, _ = halting.think_until_stable(model, x, pids, ctx, solver.auto)
-    logits = model.answer_logits(logits).float().cpu().numpy()  # (b, L, V): a trace folded into the answer
+    logits = model.answer_logits(logits, x).float().cpu().numpy()  # (b, L, V): a trace folded into the answer
     if variant != 0:
         logits = solver.variants.undo(logits, variant)
     return logits.argmax(-1), q.float().cpu().numpy()

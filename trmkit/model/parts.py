@@ -14,9 +14,10 @@ questions, and a part that has nothing to add answers with the identity:
 - `add_to_tokens(x, reading)`: the token embeddings (B, L, D) before scaling, e.g. plus the pooled bag;
 - `class_logits(logits, reading)`: a classifier's class logits (B, C), e.g. plus a linear read of the bag;
 - `extra_outputs`: token-head outputs past the answer vocabulary (a maze trace's tokens);
-- `answer(logits)`: the answer's logits (B, L, V) from a step's own (B, L, V + extra), e.g. a trace's
-  tokens folded into the answer ids they stand for. Every reader of an answer goes through
-  `TRM.answer_logits`, which applies each part's `answer` in turn; training's loss reads a step's own logits.
+- `answer(logits, inputs)`: the answer's logits (B, L, V) from a step's own (B, L, V + extra), e.g. a trace's
+  tokens folded into the answer ids they stand for (and, given the input, a maze's route read from them).
+  Every reader of an answer goes through `TRM.answer_logits`, which applies each part's `answer` in turn;
+  training's loss reads a step's own logits.
 
 The model never imports the package a part comes from: the task hands its parts to the trainer,
 as it hands its scorer and sampler. A task's factory is given the resolved model section; one that reads
@@ -60,8 +61,9 @@ class Part(nn.Module):
         """A classifier's class logits (B, C) with what the part adds to them."""
         return logits
 
-    def answer(self, logits: torch.Tensor) -> torch.Tensor:
-        """The answer's logits (B, L, V) from a step's (B, L, V + extra_outputs)."""
+    def answer(self, logits: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
+        """The answer's logits (B, L, V) from a step's (B, L, V + extra_outputs); `inputs` (B, L), the step's
+        input, where the reader has it (an evaluation, a prediction; not training's loss)."""
         return logits
 
 

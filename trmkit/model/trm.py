@@ -246,12 +246,13 @@ class TRM(nn.Module):
         """Token-head outputs past the answer vocabulary, the parts' (a maze trace's tokens)."""
         return sum(part.extra_outputs for part in self.parts)
 
-    def answer_logits(self, logits: torch.Tensor) -> torch.Tensor:
+    def answer_logits(self, logits: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
         """The answer's logits (B, L, V) from a step's, each part's `answer` applied in turn (a trace's tokens
-        folded into the answer ids they stand for); without parts, the logits themselves. Training's loss
-        reads a step's own logits; everything that reads an answer reads these."""
+        folded into the answer ids they stand for; given the step's `inputs`, a maze's route read from them);
+        without parts, the logits themselves. Training's loss reads a step's own logits; everything that
+        reads an answer reads these."""
         for part in self.parts:
-            logits = part.answer(logits)
+            logits = part.answer(logits, inputs)
         return logits
 
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,

@@ -167,6 +167,6 @@ class Predictor:
         else:
             logits, _, _, took = think_until_stable(model, inputs, pids, ctx, steps.rule)
             used = took.cpu().numpy()
-        logits = model.answer_logits(logits).float()  # (B, L, V)
+        logits = model.answer_logits(logits, inputs).float()  # (B, L, V)
         logits[..., 0] = float("-inf")  # the padding token is never an answer
         return logits.argmax(-1).cpu().numpy(), used

@@ -89,7 +89,7 @@ def evaluate_curve(model: TRM, batches: Iterable, ctx: StepContext, blank_id: in
         inputs, labels, pids = _batch_tensors(batch, ctx)
         t0 = time.perf_counter()
         for k, logits, q, first_halt in think_readouts(model, inputs, pids, ctx, list(scorers)):
-            logits = model.answer_logits(logits)
+            logits = model.answer_logits(logits, inputs)
             part, pred = _readout(model, inputs, labels, logits, q, first_halt, blank_id)
             _accumulate(totals[k], part)
             _score(scorers[k], batch, pred, q, logits)
@@ -137,7 +137,7 @@ def _eval_batch(model: TRM, batch, ctx: StepContext, blank_id: int | None
         logits, q, first_halt = think(model, inputs, pids, ctx)
     else:  # `eval --steps auto` (train/halting.py)
         logits, q, first_halt, used = think_until_stable(model, inputs, pids, ctx, ctx.halting)
-    logits = model.answer_logits(logits)  # a trace's tokens folded into the answer (data.trace)
+    logits = model.answer_logits(logits, inputs)  # a trace's tokens folded into the answer (data.trace)
     part, pred = _readout(model, inputs, labels, logits, q, first_halt, blank_id)
     if used is not None:
         part.update(steps_used=int(used.sum()), steps_used_max=int(used.max()))

@@ -121,7 +121,7 @@ def solve(model, ctx: StepContext, batch, trajectories: list[Trajectory], k: int
         for _ in range(k):
             with ctx.autocast():
                 z_H, z_L, logits, q = model(z_H, z_L, x, pids)
-        logits = model.answer_logits(logits).float().cpu().numpy()  # (b, L, V): a trace folded into the answer
+        logits = model.answer_logits(logits, x).float().cpu().numpy()  # (b, L, V): a trace folded into the answer
         if traj.variant != 0:
             logits = variants.undo(logits, traj.variant)
         answers.append(logits.argmax(-1))

@@ -1,13 +1,12 @@
 """One training session: what it is made of, and `prepare`, which builds it from one Config.
 
-`prepare` resolves the config against the data store and the machine once (`resolve_config`:
-data.path made absolute, model fields from the store's meta.json or the objective, a resumed
-run's dtype), then builds the rest from that final config: the planner's choices, model,
-optimizers, slot state, memory guard and step settings.
+`prepare` resolves the config against the data store and the machine once (`resolve_config`: data.path made
+absolute, model fields from the store's meta.json or the objective, a resumed run's dtype), then builds the rest
+from that final config: the planner's choices, model, optimizers, slot state, memory guard and step settings.
 
-A `Session` groups what travels together: `Data` (the store's splits and the sample stream)
-and `Runtime` (the plan, the peak meter, the memory guard, this process's place among several).
-`Clock` keeps the wall-time bookkeeping of one session.
+A `Session` groups what travels together: `Data` (the store's splits and the sample stream) and `Runtime` (the
+plan, the peak meter, the memory guard, this process's place among several). `Clock` keeps the wall-time
+bookkeeping of one session.
 """
 
 from __future__ import annotations
@@ -425,10 +424,16 @@ def training_stream(cfg: Config, data: Data, world: World, sampler: Callable[...
     return stream
 
 
-def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log) -> Config:
+def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log, evaluate_only: bool = False) -> Config:
     """data.trace: the task's generator labels every supervision step with its search's trace, in tokens
     beyond the answer's (the sampler's trace_tokens: (name, answer id) each); model.trace_answers records
-    the answer id each one stands for, so evaluation folds them into the answer (TRM.answer_logits)."""
+    the answer id each one stands for, so evaluation folds them into the answer (TRM.answer_logits).
+    `trmkit eval` keeps the run's, and says how the answer is read (the task's own words, trace_reading)."""
+    reading = getattr(sampler, "trace_reading", None)
+    if evaluate_only and cfg.model.trace_ids and reading:
+        log(f"eval: a model trained on a trace: {reading(cfg)}")
+    if evaluate_only:
+        return cfg
     if not cfg.data.trace:
         return config_mod.replace(cfg, "model", trace_answers="")
     tokens = getattr(sampler, "trace_tokens", ()) if cfg.data.stream == "generate" else ()
@@ -439,7 +444,7 @@ def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log)
     answers = ",".join(str(answer) for _, answer in tokens)
     log(f"data: trace={cfg.data.trace} -> every supervision step k is labelled with the search's state after "
         f"{cfg.data.trace} x k cells of it ({len(tokens)} trace tokens: {' '.join(repr(n) for n, _ in tokens)}); "
-        "evaluation reads the answer they stand for")
+        f"{reading(cfg) if reading else 'evaluation reads the answer they stand for'}")
     return config_mod.replace(cfg, "model", trace_answers=answers)
 
 
@@ -471,7 +476,7 @@ def prepare(cfg: Config, hw: HardwareInfo, log: Log = print, cache_dir: Path | N
     saved = {} if fresh else saved_meta(cfg.run.dir)
     trained = {} if evaluate_only else saved  # eval resumes no training: no checkpoint's shape or micro-batch
     cfg, data = resolve_config(cfg, objective, evaluate_only, saved, log, batch_meta)
-    cfg = trace_outputs(cfg, sampler, log) if objective is None and not evaluate_only else cfg
+    cfg = trace_outputs(cfg, sampler, log, evaluate_only) if objective is None else cfg
     local = dist_mod.local_config(cfg, world) if world.active else cfg  # this process's slots
     plan = plan_run(cfg, local, hw, world, meter, trained, log, cache_dir, objective)
     with meter.phase("setup"):

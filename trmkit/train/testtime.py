@@ -226,7 +226,7 @@ def _solve_variants_at(model: TRM, ctx: StepContext, batch, variants: Variants, 
             with ctx.autocast():
                 z_H, z_L, logits, q = model(z_H, z_L, x, pids)
             if k in steps:
-                answer = model.answer_logits(logits).float()  # a trace folded into the answer (data.trace)
+                answer = model.answer_logits(logits, x).float()  # a trace folded into the answer (data.trace)
                 probs.append(variants.undo(log_stablemax(answer).exp().cpu().numpy(), v))
                 seconds.append(0.0)
         q_first = q.float().cpu().numpy() if q_first is None else q_first

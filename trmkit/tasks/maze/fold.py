@@ -5,31 +5,79 @@ token past the maze vocabulary, each standing for an answer id (model.trace_answ
 records from the sampler's TRACE_TOKENS). `AnswerFold` is that part (model/parts.py): it adds the
 outputs to the head and folds them into the answer, each answer id's probability its own plus that of
 the trace tokens standing for it, exactly, under the model's loss (model/losses.py merge_logits).
+
+How the route is read (`maze.read`, the maze section; an evaluation may set it, `trmkit eval RUN
+maze.read=fold`):
+- "walk" (the default): the route is the model's own arrows followed from S (trace.py `walk`): each cell's
+  direction, " ^" and "o^" alike, is the step toward G the wave from G put there, which is what the trace
+  itself follows back from S, 8 cells a supervision step. Read at once, the route needs only the wave to
+  have reached S, and a stray "o" mark off the route changes nothing. A walk that leaves the grid, meets a
+  wall or comes back to a cell reads nothing: the answer is then the folded one.
+- "fold": the cells whose folded answer is "o".
+Both read one try's logits: no vote, no checker. Training's loss and TR-RPG's policy read the folded logits
+(no input is handed to `answer` there).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from trmkit.config import ModelConfig
+from trmkit.config import Config, ConfigError
+from trmkit.tasks.maze.config import READS, maze_config
 from trmkit.model.losses import merge_logits
 from trmkit.model.parts import Part
+from trmkit.tasks.maze.generate import OPEN, PATH
+from trmkit.tasks.maze.trace import walk
 
 
 class AnswerFold(Part):
-    """Trace tokens folded into the answer ids `into` (one per token past the answer vocabulary)."""
+    """Trace tokens folded into the answer ids `into` (one per token past the answer vocabulary); with
+    `read="walk"` and the input at hand, the route the model's arrows lead along from S marked instead."""
 
-    def __init__(self, into: tuple[int, ...], kind: str = "stablemax"):
+    def __init__(self, into: tuple[int, ...], kind: str = "stablemax", read: str = "walk"):
         super().__init__(extra_outputs=len(into))
-        self.into, self.kind = tuple(into), kind
+        if read not in READS:
+            raise ConfigError(f"maze.read={read!r}: give one of {', '.join(READS)} (docs/tasks.md, Maze)")
+        self.into, self.kind, self.read = tuple(into), kind, read
 
-    def answer(self, logits: torch.Tensor) -> torch.Tensor:
-        return merge_logits(logits, self.into, self.kind)  # (B, L, V + H) -> (B, L, V)
+    def answer(self, logits: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
+        folded = merge_logits(logits, self.into, self.kind)  # (B, L, V + H) -> (B, L, V)
+        if self.read != "walk" or inputs is None or len(self.into) != 8:
+            return folded
+        return walked(folded, logits, inputs, self.kind)
 
     def extra_repr(self) -> str:
-        return f"into={self.into}, kind={self.kind!r}"
+        return f"into={self.into}, kind={self.kind!r}, read={self.read!r}"
 
 
-def model_parts(cfg: ModelConfig) -> tuple[Part, ...]:
-    """The maze task's parts for a model section: the fold when it was trained on a trace, else none."""
-    return (AnswerFold(cfg.trace_ids, cfg.loss),) if cfg.trace_ids else ()
+def walked(folded: torch.Tensor, logits: torch.Tensor, inputs: torch.Tensor, kind: str) -> torch.Tensor:
+    """The folded answer logits (B, L, V) with, in each maze whose walk reaches G, every open cell's "o" and
+    " " logits exchanged where the folded answer disagrees with the walk (each cell keeps its set of logits,
+    so its answer, and no more, is the walk's). Inputs (B, L) of square grids."""
+    side = int(round(inputs.shape[1] ** 0.5))
+    if side * side != inputs.shape[1]:
+        return folded
+    V = folded.shape[-1]
+    trace = logits[..., V:].detach()  # (B, L, 8): " ^" ... " <", then "o^" ... "o<"
+    arrows = merge_logits(trace, (0, 1, 2, 3), kind).argmax(-1).cpu().numpy()  # (B, L): the direction
+    route = (folded[..., PATH] - folded[..., OPEN]).detach().float().cpu().numpy()
+    grids = inputs.cpu().numpy().reshape(len(inputs), side, side)
+    out = folded.detach().float().cpu().numpy().copy()
+    for i, grid in enumerate(grids):
+        marked = walk(grid, arrows[i].reshape(side, side), route[i].reshape(side, side))
+        if marked is None:
+            continue
+        cell = out[i]
+        says_path = cell.argmax(-1) == PATH
+        swap = (grid.reshape(-1) == OPEN) & (says_path != marked.reshape(-1))
+        other = np.where(says_path, OPEN, cell.argmax(-1))[swap]  # the id PATH trades places with
+        rows = np.flatnonzero(swap)
+        cell[rows, PATH], cell[rows, other] = cell[rows, other], cell[rows, PATH].copy()
+    return torch.from_numpy(out).to(folded.device, folded.dtype)
+
+
+def model_parts(cfg: Config) -> tuple[Part, ...]:
+    """The maze task's parts for a config: the fold when its model was trained on a trace, else none."""
+    m = cfg.model
+    return (AnswerFold(m.trace_ids, m.loss, maze_config(cfg).read),) if m.trace_ids else ()

@@ -119,6 +119,14 @@ class MazeSamplerFactory:
 
     trace_tokens = TRACE_TOKENS  # read by the trainer before any sampler exists (session.trace_outputs)
 
+    @staticmethod
+    def trace_reading(cfg: Config) -> str:
+        """How evaluation reads the answer of a trace (fold.py), for the trainer's line on data.trace."""
+        if maze_config(cfg).read == "walk":
+            return ("evaluation reads the route along the model's arrows from S (maze.read=walk; maze.read=fold: "
+                    "the cells it marks 'o')")
+        return "evaluation reads the cells the model marks 'o' (maze.read=fold; maze.read=walk: its arrows from S)"
+
     def __call__(self, meta: StoreMeta, cfg: Config) -> MazeSampler:
         knobs = maze_config(cfg)
         return MazeSampler(meta, easy_share=knobs.easy_share, long_share=knobs.long_share, hardness=knobs.hardness,

@@ -16,7 +16,7 @@ from trmkit.tasks.maze.variants import maze_variants
 from trmkit.tasks.options import BuildOptions, option
 
 if TYPE_CHECKING:
-    from trmkit.config import ModelConfig
+    from trmkit.config import Config
     from trmkit.model.parts import Part
 
 
@@ -92,12 +92,15 @@ class MazeLearnSet:
 
 
 
-def model_parts(cfg: ModelConfig) -> tuple[Part, ...]:
+def model_parts(cfg: Config) -> tuple[Part, ...]:
     """The maze task's model parts (fold.py), imported when a model is built: model/ loads torch, which
-    `trmkit data` and `--help` must not."""
+    `trmkit data` and `--help` must not. It reads the maze section too (maze.read)."""
     from trmkit.tasks.maze import fold
 
     return fold.model_parts(cfg)
+
+
+model_parts.reads_config = True  # type: ignore[attr-defined]  (model/parts.py build_parts)
 
 
 TASK = Task(

@@ -100,3 +100,29 @@ def route_trace(question: np.ndarray, answer: np.ndarray, speed: int, steps: int
     out = trace_labels(np.where(off_route, WALL, question), speed, steps)
     out[:, off_route] = NOT_ROUTE
     return out
+
+
+def walk(question: np.ndarray, arrows: np.ndarray, route_score: np.ndarray) -> np.ndarray | None:
+    """The route read from a trace model's arrows (model part fold.py, `maze.read=walk`): from S, step onto
+    the open neighbour the model marks most as route (route_score) of those whose arrow does not point back
+    to S, then follow each cell's arrow (arrows: the index in MOVES of its direction token, " ^" or "o^"
+    alike) until G. Returns the walked open cells (N, N) bool, or None where the walk leaves the grid, meets
+    a wall or S, or comes back to a cell. No search: one path, the model's; and no check that it is a
+    shortest one (a stray route mark beside S can start it on a longer one)."""
+    n, m = question.shape
+    inside = lambda r, c: 0 <= r < n and 0 <= c < m  # noqa: E731
+    start = tuple(int(v) for v in np.argwhere(question == START)[0])
+    steps = [((start[0] + dr, start[1] + dc), (-dr, -dc)) for dr, dc in MOVES]
+    steps = [cell for cell, back in steps if inside(*cell) and (question[cell] == GOAL or (
+        question[cell] == OPEN and MOVES[int(arrows[cell])] != back))]
+    marked = np.zeros(question.shape, dtype=bool)
+    if not steps or any(question[cell] == GOAL for cell in steps):
+        return marked if steps else None
+    cell = max(steps, key=lambda c: route_score[c])  # the first of equals in MOVES' order
+    while question[cell] == OPEN and not marked[cell]:
+        marked[cell] = True
+        dr, dc = MOVES[int(arrows[cell])]
+        cell = (cell[0] + dr, cell[1] + dc)
+        if not inside(*cell):
+            return None
+    return marked if question[cell] == GOAL else None
