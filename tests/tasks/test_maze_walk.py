@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trmkit.config import ConfigError, ModelConfig
-from trmkit.config import Config
+from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.tasks.maze.config import MazeConfig
 from trmkit.tasks.maze.data import is_shortest_path
 from trmkit.tasks.maze.fold import AnswerFold, model_parts

@@ -430,9 +430,9 @@ def trace_outputs(cfg: Config, sampler: Callable[..., Sampler] | None, log: Log,
     the answer id each one stands for, so evaluation folds them into the answer (TRM.answer_logits).
     `trmkit eval` keeps the run's, and says how the answer is read (the task's own words, trace_reading)."""
     reading = getattr(sampler, "trace_reading", None)
-    if evaluate_only and cfg.model.trace_ids and reading:
-        log(f"eval: a model trained on a trace: {reading(cfg)}")
     if evaluate_only:
+        if cfg.model.trace_ids and reading:
+            log(f"eval: a model trained on a trace: {reading(cfg)}")
         return cfg
     if not cfg.data.trace:
         return config_mod.replace(cfg, "model", trace_answers="")

@@ -23,12 +23,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trmkit.config import Config, ConfigError
-from trmkit.tasks.maze.config import READS, maze_config
+from trmkit.config import Config
+from trmkit.tasks.maze.config import maze_config
 from trmkit.model.losses import merge_logits
 from trmkit.model.parts import Part
 from trmkit.tasks.maze.generate import OPEN, PATH
-from trmkit.tasks.maze.trace import walk
+from trmkit.tasks.maze.trace import TRACE_TOKENS, walk
 
 
 class AnswerFold(Part):
@@ -36,14 +36,12 @@ class AnswerFold(Part):
     `read="walk"` and the input at hand, the route the model's arrows lead along from S marked instead."""
 
     def __init__(self, into: tuple[int, ...], kind: str = "stablemax", read: str = "walk"):
-        super().__init__(extra_outputs=len(into))
-        if read not in READS:
-            raise ConfigError(f"maze.read={read!r}: give one of {', '.join(READS)} (docs/tasks.md, Maze)")
+        super().__init__(extra_outputs=len(into))  # `read` is checked with the maze section (config.py)
         self.into, self.kind, self.read = tuple(into), kind, read
 
     def answer(self, logits: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
         folded = merge_logits(logits, self.into, self.kind)  # (B, L, V + H) -> (B, L, V)
-        if self.read != "walk" or inputs is None or len(self.into) != 8:
+        if self.read != "walk" or inputs is None or len(self.into) != len(TRACE_TOKENS):
             return folded
         return walked(folded, logits, inputs, self.kind)
 
