@@ -1,12 +1,14 @@
-"""A maze-trace model's one-shot route, read both ways from the same logits (tasks/maze/fold.py `maze.read`).
+"""A maze-trace model's one-shot route, read both ways (tasks/maze/fold.py `maze.read`), each with its stopping.
 
     .venv/bin/python benchmarks/maze_read.py RUN STORE [--cap 128] [--num 100] [--threads 2]
 
-Each maze of STORE's test split thinks until its trace is stable (`trmkit eval --steps auto:CAP`, the rule of
-train/halting.py), once; the last step's logits are then read as "fold" (the cells whose folded answer is
-"o") and as "walk" (the model's arrows followed from S). Prints, per batch and at the end, the valid shortest
-paths of each read and, paired on the same mazes, how many only one of them solves. No vote, no checker:
-one try, read two ways.
+Each maze of STORE's test split thinks twice, as `trmkit eval --steps auto:CAP` does (train/halting.py):
+- with maze.read=fold, until its trace's tokens are stable; that last step's logits are read as "fold" (the
+  cells whose folded answer is "o") and as "walk at the trace's stop" (the model's arrows followed from S);
+- with maze.read=walk, until the walked route is stable (the walk reaching G through cells the wave has
+  reached, Part.settled), read as "walk" (the default).
+Prints, per batch and at the end, the valid shortest paths of each read, the steps each rule took and, paired
+on the same mazes, how many only one of fold and walk solves. No vote, no checker: one try per rule.
 """
 
 from __future__ import annotations
@@ -52,27 +54,34 @@ def main() -> None:
     evaluate_mod.load_weights(s, run)
     model = s.model.eval()
     fold = next(part for part in model.parts if isinstance(part, AnswerFold))
-    reads = {name: AnswerFold(fold.into, fold.kind, name) for name in ("fold", "walk")}
     x_all = np.load(Path(a.store) / "test" / "inputs.npy")[:a.num].astype(np.int64)
     side = int(round(x_all.shape[1] ** 0.5))
     rule, _ = halting.rule_for(a.cap, model.cfg.halt_max_steps)
-    got = {name: [] for name in reads}
-    used, t0 = [], time.time()
+    got = {name: [] for name in ("fold", "walk at the trace's stop", "walk")}
+    used = {"fold": [], "walk": []}
+    t0 = time.time()
     for b in range(0, len(x_all), a.batch):
         x = torch.from_numpy(x_all[b:b + a.batch])
         grids = x.numpy().reshape(len(x), side, side)
         lengths = [len(route(g, directions(g)[0])) - 1 for g in grids]
-        with torch.no_grad():
-            raw, _, _, steps = halting.think_until_stable(model, x, torch.zeros(len(x), dtype=torch.long), s.ctx, rule)
-        answers = {name: read.answer(raw, x) for name, read in reads.items()}
-        for name, answer in answers.items():
-            got[name] += solved(grids, answer, lengths).tolist()
-        used += steps.tolist()
-        print(f"{len(used)} mazes: fold {sum(got['fold'])}, walk {sum(got['walk'])} | steps mean {np.mean(used):.1f}, "
-              f"max {max(used)} | {time.time() - t0:.0f} s", flush=True)
-    f, w = np.array(got["fold"]), np.array(got["walk"])
-    print(f"{a.store}: {len(f)} mazes, valid shortest paths fold {f.mean():.3f}, walk {w.mean():.3f} "
-          f"(only walk {int((w & ~f).sum())}, only fold {int((f & ~w).sum())}); cap {a.cap}")
+        for rule_of in ("fold", "walk"):
+            fold.read = rule_of  # the part the model reads its answer and its stopping by
+            with torch.no_grad():
+                raw, _, _, steps = halting.think_until_stable(model, x, torch.zeros(len(x), dtype=torch.long),
+                                                              s.ctx, rule)
+            used[rule_of] += steps.tolist()
+            names = ("fold", "walk at the trace's stop") if rule_of == "fold" else ("walk",)
+            for name in names:
+                fold.read = name.split()[0]
+                got[name] += solved(grids, model.answer_logits(raw, x), lengths).tolist()
+        print(f"{len(used['walk'])} mazes: " + ", ".join(f"{k} {sum(v)}" for k, v in got.items())
+              + f" | steps mean: trace rule {np.mean(used['fold']):.1f}, walk rule {np.mean(used['walk']):.1f}"
+              f" | {time.time() - t0:.0f} s", flush=True)
+    f, w, at_stop = np.array(got["fold"]), np.array(got["walk"]), np.array(got["walk at the trace's stop"])
+    print(f"{a.store}: {len(f)} mazes, valid shortest paths: fold {f.mean():.3f} at {np.mean(used['fold']):.1f} "
+          f"steps, walk at the trace's stop {at_stop.mean():.3f}, walk {w.mean():.3f} at "
+          f"{np.mean(used['walk']):.1f} steps (only walk {int((w & ~f).sum())}, only fold {int((f & ~w).sum())}); "
+          f"cap {a.cap}")
 
 
 if __name__ == "__main__":

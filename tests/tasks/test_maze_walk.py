@@ -12,7 +12,7 @@ from trmkit.config import Config, ConfigError, ModelConfig
 from trmkit.tasks.maze.config import MazeConfig
 from trmkit.tasks.maze.data import is_shortest_path
 from trmkit.tasks.maze.fold import AnswerFold, model_parts
-from trmkit.tasks.maze.generate import OPEN, PATH, START, WALL, generate_maze
+from trmkit.tasks.maze.generate import GOAL, OPEN, PATH, START, WALL, generate_maze
 from trmkit.tasks.maze.trace import FIRST_TRACE, MOVES, TRACE_TOKENS, directions, trace_labels, walk
 
 INTO = tuple(answer for _, answer in TRACE_TOKENS)
@@ -111,3 +111,49 @@ def test_the_read_is_the_maze_sections_and_checked():
     assert [p.read for p in model_parts(Config(model=model))] == ["walk"]
     with pytest.raises(ConfigError, match="maze.read='both'"):
         MazeConfig(read="both")
+
+
+class TracingModel:
+    """A fake step function that writes a maze's true trace: at step t the one-hot logits of trace_labels' step
+    t (the wave from G, 8 cells a step, then the route traced back from S), read through `fold`."""
+
+    def __init__(self, question: np.ndarray, fold: AnswerFold, steps: int) -> None:
+        self.labels = trace_labels(question, 8, steps).reshape(steps, -1)
+        self.fold = fold
+
+    def initial_carry(self, batch, device):
+        from types import SimpleNamespace
+        return SimpleNamespace(z_H=torch.zeros(batch, self.labels.shape[1], 1), z_L=torch.zeros(batch, 1, 1))
+
+    def __call__(self, z_H, z_L, inputs, pids):
+        t = int(z_H[0, 0, 0]) + 1
+        tokens = torch.from_numpy(self.labels[min(t, len(self.labels)) - 1].astype(np.int64))
+        logits = 5.0 * torch.nn.functional.one_hot(tokens, 6 + len(INTO)).float()[None].expand(len(inputs), -1, -1)
+        return torch.full_like(z_H, float(t)), z_L, logits, torch.full((len(inputs),), -1.0)
+
+    def answer_logits(self, logits, inputs=None):
+        return self.fold.answer(logits, inputs)
+
+    def settled(self, logits, inputs):
+        return self.fold.settled(logits, inputs)
+
+
+def test_steps_auto_stops_on_a_walk_once_the_wave_has_passed_s_and_on_the_trace_only_when_it_is_done():
+    from trmkit.train.halting import StableAnswer, think_until_stable
+    from trmkit.train.step import StepContext
+
+    question, answer, length = maze(n=21)
+    x = torch.from_numpy(question.reshape(1, -1).astype(np.int64))
+    ctx = StepContext(micro_batch=1, ignore_label_id=0, device=torch.device("cpu"),
+                      given_tokens=torch.tensor([WALL, START, GOAL]))
+    used, cells = {}, {}
+    for read in ("walk", "fold"):
+        model = TracingModel(question, AnswerFold(INTO, read=read), 64)
+        logits, _, _, took = think_until_stable(model, x, torch.zeros(1, dtype=torch.long), ctx, StableAnswer(cap=64))
+        used[read] = int(took[0])
+        cells[read] = model.answer_logits(logits, x).argmax(-1).numpy().reshape(question.shape)
+        assert np.array_equal((cells[read] == PATH) & (question == OPEN), answer == PATH), read
+    s_reached = -(-(length - 1) // 8)  # the first step whose wave (8 cells a step) reaches the cell after S
+    assert used["walk"] == s_reached + 2  # the route walked at that step, then 2 steps unchanged
+    assert used["fold"] == -(-2 * length // 8) + 2  # the traceback done (2L / 8 steps), then 2 steps unchanged
+    assert used["walk"] < used["fold"]

@@ -255,6 +255,15 @@ class TRM(nn.Module):
             logits = part.answer(logits, inputs)
         return logits
 
+    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor | None:
+        """(B,) bool: the first part's word on whether each example's read answer is complete (Part.settled);
+        None where no part can say."""
+        for part in self.parts:
+            done = part.settled(logits, inputs)
+            if done is not None:
+                return done
+        return None
+
     def forward(self, z_H: torch.Tensor, z_L: torch.Tensor, inputs: torch.Tensor,
                 puzzle_ids: torch.Tensor, embedded: Embedded | None = None):
         """One supervision step. Returns (z_H, z_L) detached, logits (B, L, V) or (B, 1, C), q_halt (B,).

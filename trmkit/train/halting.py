@@ -14,7 +14,10 @@ batch, so later steps cost only the examples still thinking.
 - A model trained on a search's trace (data.trace) answers in the trace's tokens, and the rule reads
   those, not the answer they fold into (TRM.answer_logits): a maze's answer stays "no route" until the
   wave from G has reached S, which would look stable from the second step, while the trace changes at
-  every step until the search is done.
+  every step until the search is done. Where the model's part can say that its read answer is complete
+  (Part.settled; a maze read by walk: the walk from S reaches G through cells the wave has reached), the
+  rule compares that read answer instead: the route is known once the wave has passed S, and the trace's
+  traceback, which changes the tokens for as many steps again, no longer holds the example.
 - The default cap is 4 x the trained N_sup (64 for N_sup = 16, the largest K the maze curves were
   measured at); `--steps auto:K` sets it. A larger problem (a 61 x 61 maze) may need a larger cap.
 
@@ -46,8 +49,8 @@ class StableAnswer:
     patience: int = STABLE_STEPS
 
     def describe(self) -> str:
-        return (f"each example stops once its answer has not changed for {self.patience} consecutive steps, "
-                f"or at {self.cap} steps")
+        return (f"each example stops once its answer has not changed for {self.patience} consecutive steps (a maze "
+                f"read by walk: its walked route, once it reaches G), or at {self.cap} steps")
 
 
 def parse_auto(text: str | None) -> int | None:
@@ -65,6 +68,18 @@ def rule_for(cap: int, n_sup: int) -> tuple[StableAnswer, str]:
     if cap:
         return StableAnswer(cap), "--steps auto:CAP"
     return StableAnswer(CAP_PER_N_SUP * n_sup), f"the default: {CAP_PER_N_SUP} x the trained N_sup {n_sup}"
+
+
+def stable_key(model, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """(b, L) what the rule compares between steps: the step's own tokens (a trace's included), or, for an
+    example whose read answer a part says is complete (TRM.settled: a maze's walk from S reaching G through
+    cells the wave has reached), that read answer, its ids shifted past the step's own so the two never match."""
+    own = logits.argmax(-1)
+    settled = model.settled(logits, inputs) if hasattr(model, "settled") else None
+    if settled is None or not bool(settled.any()):
+        return own
+    read = model.answer_logits(logits, inputs).argmax(-1) + logits.shape[-1]
+    return torch.where(settled.unsqueeze(-1), read, own)
 
 
 @torch.no_grad()
@@ -97,7 +112,7 @@ def think_until_stable(model, inputs: torch.Tensor, pids: torch.Tensor, ctx, rul
             q = q_part.new_zeros(B)
             answer = torch.full((B, part.shape[1]), -1, dtype=torch.long, device=part.device)
         logits[live], q[live] = part, q_part  # the stopped rows keep their last step's (frozen)
-        new = part.argmax(-1)  # (b, L)
+        new = stable_key(model, part, inputs if every else inputs[live])  # (b, L)
         same = ((new == answer[live]) | ~read[live][:, :new.shape[1]]).all(-1)  # given cells are not read
         unchanged[live] = torch.where(same, unchanged[live] + 1, torch.zeros_like(unchanged[live]))
         answer[live], used[live] = new, step

@@ -11,8 +11,10 @@ maze.read=fold`):
 - "walk" (the default): the route is the model's own arrows followed from S (trace.py `walk`): each cell's
   direction, " ^" and "o^" alike, is the step toward G the wave from G put there, which is what the trace
   itself follows back from S, 8 cells a supervision step. Read at once, the route needs only the wave to
-  have reached S, and a stray "o" mark off the route changes nothing. A walk that leaves the grid, meets a
-  wall or comes back to a cell reads nothing: the answer is then the folded one.
+  have reached S, and a stray "o" mark off the route changes nothing. It walks from each open neighbour of S
+  and keeps the shortest walk that reaches G. A walk that leaves the grid, meets a wall or S or comes back to
+  a cell reads nothing: where none reaches G, the answer is the folded one. `--steps auto` stops on the walk
+  (`settled`): once it reaches G through cells that hold a trace token and has not changed for two steps.
 - "fold": the cells whose folded answer is "o".
 Both read one try's logits: no vote, no checker. Training's loss and TR-RPG's policy read the folded logits
 (no input is handed to `answer` there).
@@ -45,30 +47,52 @@ class AnswerFold(Part):
             return folded
         return walked(folded, logits, inputs, self.kind)
 
+    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor | None:
+        """(B,) bool: with read="walk", the walk reaches G through cells that each hold a trace token (the wave
+        from G has been there): the route it reads is complete, so `--steps auto` may stop on it."""
+        if self.read != "walk" or len(self.into) != len(TRACE_TOKENS):
+            return None
+        folded = merge_logits(logits, self.into, self.kind)
+        routes = walks(folded, logits, inputs, self.kind)
+        if routes is None:
+            return None
+        reached = (logits.argmax(-1) >= folded.shape[-1]).cpu().numpy()  # (B, L): a trace token, not " " or "o"
+        done = [m is not None and bool(reached[i][m.reshape(-1)].all()) for i, m in enumerate(routes)]
+        return torch.tensor(done, dtype=torch.bool, device=logits.device)
+
     def extra_repr(self) -> str:
         return f"into={self.into}, kind={self.kind!r}, read={self.read!r}"
+
+
+def walks(folded: torch.Tensor, logits: torch.Tensor, inputs: torch.Tensor, kind: str) -> list | None:
+    """Each maze's walk (trace.py `walk`: its marked cells (N, N), or None where it reads nothing) from a step's
+    logits (B, L, V + 8) and their fold (B, L, V); None for inputs (B, L) that are not square grids."""
+    side = int(round(inputs.shape[1] ** 0.5))
+    if side * side != inputs.shape[1]:
+        return None
+    V = folded.shape[-1]
+    trace = logits[..., V:].detach()  # (B, L, 8): " ^" ... " <", then "o^" ... "o<"
+    arrows = merge_logits(trace, (0, 1, 2, 3), kind).argmax(-1).cpu().numpy()  # (B, L): the direction
+    route = (folded[..., PATH] - folded[..., OPEN]).detach().float().cpu().numpy()
+    grids = inputs.cpu().numpy().reshape(len(inputs), side, side)
+    return [walk(grid, arrows[i].reshape(side, side), route[i].reshape(side, side)) for i, grid in enumerate(grids)]
 
 
 def walked(folded: torch.Tensor, logits: torch.Tensor, inputs: torch.Tensor, kind: str) -> torch.Tensor:
     """The folded answer logits (B, L, V) with, in each maze whose walk reaches G, every open cell's "o" and
     " " logits exchanged where the folded answer disagrees with the walk (each cell keeps its set of logits,
     so its answer, and no more, is the walk's). Inputs (B, L) of square grids."""
-    side = int(round(inputs.shape[1] ** 0.5))
-    if side * side != inputs.shape[1]:
+    routes = walks(folded, logits, inputs, kind)
+    if routes is None:
         return folded
-    V = folded.shape[-1]
-    trace = logits[..., V:].detach()  # (B, L, 8): " ^" ... " <", then "o^" ... "o<"
-    arrows = merge_logits(trace, (0, 1, 2, 3), kind).argmax(-1).cpu().numpy()  # (B, L): the direction
-    route = (folded[..., PATH] - folded[..., OPEN]).detach().float().cpu().numpy()
-    grids = inputs.cpu().numpy().reshape(len(inputs), side, side)
+    grids = inputs.cpu().numpy()
     out = folded.detach().float().cpu().numpy().copy()
-    for i, grid in enumerate(grids):
-        marked = walk(grid, arrows[i].reshape(side, side), route[i].reshape(side, side))
+    for i, marked in enumerate(routes):
         if marked is None:
             continue
-        cell = out[i]
+        cell, grid = out[i], grids[i]
         says_path = cell.argmax(-1) == PATH
-        swap = (grid.reshape(-1) == OPEN) & (says_path != marked.reshape(-1))
+        swap = (grid == OPEN) & (says_path != marked.reshape(-1))
         other = np.where(says_path, OPEN, cell.argmax(-1))[swap]  # the id PATH trades places with
         rows = np.flatnonzero(swap)
         cell[rows, PATH], cell[rows, other] = cell[rows, other], cell[rows, PATH].copy()

@@ -103,26 +103,34 @@ def route_trace(question: np.ndarray, answer: np.ndarray, speed: int, steps: int
 
 
 def walk(question: np.ndarray, arrows: np.ndarray, route_score: np.ndarray) -> np.ndarray | None:
-    """The route read from a trace model's arrows (model part fold.py, `maze.read=walk`): from S, step onto
-    the open neighbour the model marks most as route (route_score) of those whose arrow does not point back
-    to S, then follow each cell's arrow (arrows: the index in MOVES of its direction token, " ^" or "o^"
-    alike) until G. Returns the walked open cells (N, N) bool, or None where the walk leaves the grid, meets
-    a wall or S, or comes back to a cell. No search: one path, the model's; and no check that it is a
-    shortest one (a stray route mark beside S can start it on a longer one)."""
+    """The route read from a trace model's arrows (model part fold.py, `maze.read=walk`): from each open
+    neighbour of S, follow each cell's arrow (arrows: the index in MOVES of its direction token, " ^" or "o^"
+    alike) until G; of the walks that reach G the shortest, of equal ones the one starting on the cell the
+    model marks most as route (route_score), then the first in MOVES' order. Returns the walked open cells
+    (N, N) bool, or None where no walk reaches G (each leaves the grid, meets a wall or S, or comes back to a
+    cell). No search: at most four paths, each the model's own, and the shorter preferred as the answer asked
+    for is the shortest (true arrows give the shortest route from the neighbour on it, and a longer one from
+    any other: the start needs no route mark)."""
     n, m = question.shape
-    inside = lambda r, c: 0 <= r < n and 0 <= c < m  # noqa: E731
     start = tuple(int(v) for v in np.argwhere(question == START)[0])
-    steps = [((start[0] + dr, start[1] + dc), (-dr, -dc)) for dr, dc in MOVES]
-    steps = [cell for cell, back in steps if inside(*cell) and (question[cell] == GOAL or (
-        question[cell] == OPEN and MOVES[int(arrows[cell])] != back))]
+    beside = [(start[0] + dr, start[1] + dc) for dr, dc in MOVES]
+    beside = [c for c in beside if 0 <= c[0] < n and 0 <= c[1] < m]
+    if any(question[c] == GOAL for c in beside):
+        return np.zeros(question.shape, dtype=bool)
+    walks = [(int(w.sum()), -float(route_score[c]), k, w) for k, c in enumerate(beside)
+             if question[c] == OPEN and (w := _follow(question, arrows, c)) is not None]
+    return min(walks, key=lambda w: w[:3])[3] if walks else None
+
+
+def _follow(question: np.ndarray, arrows: np.ndarray, cell: tuple[int, int]) -> np.ndarray | None:
+    """The open cells the arrows lead through from `cell` to G, or None where they leave the grid, meet a
+    wall or S, or come back to a cell."""
+    n, m = question.shape
     marked = np.zeros(question.shape, dtype=bool)
-    if not steps or any(question[cell] == GOAL for cell in steps):
-        return marked if steps else None
-    cell = max(steps, key=lambda c: route_score[c])  # the first of equals in MOVES' order
     while question[cell] == OPEN and not marked[cell]:
         marked[cell] = True
         dr, dc = MOVES[int(arrows[cell])]
         cell = (cell[0] + dr, cell[1] + dc)
-        if not inside(*cell):
+        if not (0 <= cell[0] < n and 0 <= cell[1] < m):
             return None
     return marked if question[cell] == GOAL else None
