@@ -14,6 +14,9 @@ steps.
 scripts/test.sh runs the tests in several pytest-xdist workers: each worker's own torch work then
 takes its share of the cores (`_share_the_cores`), so that two workers' threads never wait on each
 other's cores at every OpenMP barrier (the processes the tests start choose their own threads).
+The workers take the test files longest first (`LONGEST_FIRST`, with scripts/test.sh's
+--no-loadscope-reorder; xdist would order them by their number of tests), so that no worker is left
+with a long file after the other has finished: the few long multi-process files came last before.
 """
 
 import os
@@ -35,6 +38,19 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+
+# The longest files, longest first (`pytest --durations=60`, 2026-12-06: each 80-200 s of test time, most
+# in processes they start); every other file follows in collection order. A stale list costs time only.
+LONGEST_FIRST = ("tests/train/test_distributed.py", "tests/rl/test_lm_fsdp.py", "tests/email/test_email_e2e.py",
+                 "tests/rl/test_selfplay.py", "tests/train/test_memory_limit.py", "tests/tasks/test_maze_training.py",
+                 "tests/train/test_resume.py", "tests/rl/test_lm_objective.py", "tests/test_e2e.py",
+                 "tests/test_api.py", "tests/test_readme.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Each file's tests stay together and in order; the files in LONGEST_FIRST go first, in its order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def _descendants() -> dict[int, psutil.Process]:
