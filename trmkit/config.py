@@ -209,6 +209,8 @@ class TrainConfig:
     #                                n ~ U{1..N_sup} steps taken without gradients (Bansal et al. 2022); 0 = off
     depth_curriculum: str = ""  # e.g. "0.3,0.6": shares of max_steps before which (T, n) is shallower (train/depth.py)
     init_from: str = ""  # a finished run whose weights start this one where names and shapes match (train/init.py)
+    stagger_start: bool = False  # the slots' first samples end K/B steps apart (K = N_sup, B slots), so that slots
+    #                              nothing halts before N_sup do not run in lockstep (train/step.py `stagger`)
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam_atan2", "adamw"):

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from tests.adapt.test_adapt import SMALL, accept_all, plugins
 from trmkit import config as config_mod
@@ -19,6 +20,8 @@ from trmkit import hardware, registry, rundir
 from trmkit.adapt.command import adapt, new_config, trace_steps
 from trmkit.adapt.config import AdaptConfig, adapt_config
 from trmkit.adapt.stream import MIN_BATCH, InGrid, MixedStream, Reblank
+from trmkit.model.losses import IGNORE
+from trmkit.train.step import labelled_steps, step_labels
 from trmkit.api import task_hooks
 from trmkit.config import ConfigError
 from trmkit.data.generated import GeneratedStream
@@ -89,6 +92,26 @@ def test_replayed_mazes_are_the_run_s_own_placed_in_the_new_grid(root):
         assert q.shape == (121,) and labels.shape == (2, 121)  # the trace's labels per supervision step
         assert open_rows[-1] - open_rows[0] < 7  # a 7 x 7 maze (the run's size) somewhere in the 11 x 11 walls
         assert (grid == maze.START).sum() == 1 and (grid == maze.GOAL).sum() == 1
+
+
+def test_replayed_mazes_are_labelled_for_the_run_s_own_steps_and_then_halt(root):
+    """Adapting with a longer N_sup (5), a replayed maze keeps the labels of the run's N_sup (2) only; the trainer
+    halts a sample once no later step holds a label, and its halting target is its last labelled row."""
+    meta = read_meta(root / "m7" / "test" / "meta.json")
+    cfg = config_mod.load(root / "conv.yaml", [f"data.path={root / 'm7'}", "model.halt_max_steps=5"],
+                          registry.SECTIONS)
+    sampler = InGrid(maze_sampler, 11, n_sup=2)(meta, cfg)
+    q, labels = sampler(np.random.default_rng(0), 1.0)
+    assert labels.shape == (5, 121) and (labels[2:] == meta.ignore_label_id).all()
+    assert (labels[:2] > 0).any(axis=1).all()
+    assert "11 x 11 grid" in sampler.describe(1.0)  # the placed sampler's own words
+    full = torch.full((3, 5, 4), IGNORE)
+    full[0] = 1  # every step labelled
+    full[1, :2] = 2  # the first 2 only
+    full[2, 4] = 3  # the last only (a kept answer without a trace)
+    assert labelled_steps(full).tolist() == [5, 2, 5]
+    now, done = step_labels(full, torch.tensor([1, 1, 1], dtype=torch.int32))
+    assert done[:, 0].tolist() == [1, 2, 3] and now[:, 0].tolist() == [1, 2, IGNORE]
 
 
 def test_a_trace_run_s_kept_answer_labels_only_the_last_supervision_step():

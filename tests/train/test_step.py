@@ -72,6 +72,30 @@ def test_slots_halt_at_n_sup_and_are_refilled():
     assert m["train/steps"] == 3.0
 
 
+def test_stagger_start_spreads_the_slots_first_samples_over_n_sup():
+    """Without a halt before N_sup every slot takes a sample at the same step, for ever; with
+    train.stagger_start the first samples end N_sup / B steps apart, and the slots stay that far apart."""
+    torch.manual_seed(0)
+    steps_seen = {}
+    for stagger in (False, True):
+        cfg = Config(model=tiny(halt_max_steps=8, halt_exploration_prob=0.0),
+                     train=TrainConfig(batch_size=4, max_steps=20, warmup_steps=1, lr=1e-4, stagger_start=stagger))
+        model = TRM(cfg.model)
+        opts = build_optimizers(model, cfg)
+        state, stream = new_state(model, 4, 9, "cpu"), CountingStream(9)
+        served = []
+        for _ in range(12):
+            train_step(model, state, stream, opts, cfg.train, ctx(4))
+            served.append(stream.served)
+        steps_seen[stagger] = state.carry.steps.tolist()
+        if stagger:  # slot i's first sample ends at step 2 (i + 1): a new sample at steps 3, 5, 7, 9, 11
+            assert served == [4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9]
+        else:  # q_halt starts at -5: each sample takes N_sup = 8 steps, all slots together
+            assert served == [4] * 8 + [8] * 4
+    assert steps_seen[False] == [4, 4, 4, 4]
+    assert steps_seen[True] == [2, 8, 6, 4]  # after step 12: four phases, 2 steps apart
+
+
 def run_steps(micro_batch, n_steps=3):
     torch.manual_seed(1)
     cfg = Config(model=tiny(halt_max_steps=2, halt_exploration_prob=0.5),

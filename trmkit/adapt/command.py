@@ -224,7 +224,11 @@ def adapt(cfg: Config, plugins: Plugins, cache_dir: Path | None = None, resume: 
 
     hooks = plugins.task_hooks(without_adapt(cfg), log)
     if batch_meta is not None and hooks.get("sampler") is not None:  # the run's own mazes in the new grid
-        hooks["sampler"] = InGrid(hooks["sampler"], batch_meta.grid_shape[0])
+        hooks["sampler"] = InGrid(hooks["sampler"], batch_meta.grid_shape[0], base.model.halt_max_steps)
+        if cfg.model.halt_max_steps > base.model.halt_max_steps:
+            log(f"adapt: the replayed samples are labelled for the run's own {base.model.halt_max_steps} steps and "
+                f"then halt (not {cfg.model.halt_max_steps}: the run never trained a small maze past its N_sup, "
+                "and training those steps wore the skill down; adapt/stream.py RunSteps)")
     objective = (TrRpg(cfg, acfg, source, hooks.get("sampler"), hooks.get("scorer"), log)
                  if acfg.objective == "tr-rpg" else None)  # the loss swapped through the trainer's objective seam
     try:
@@ -281,6 +285,10 @@ def trace_steps(cfg: Config, n_sup: int, log: Log) -> Config:
         f"until the trace is complete, and a route on the larger grid needs more steps than {n_sup}; {k} is the "
         f"cap of adapt.steps={acfg.steps}, within which the tries find the answers (the samples still halt when "
         "the halting head says so)")
+    log(f"adapt: train.stagger_start=true: the {cfg.train.batch_size} slots' first samples end {k} / "
+        f"{cfg.train.batch_size} steps apart, or every slot would run the same step of its trace at once for "
+        f"{k} steps (train/step.py stagger)")
+    cfg = config_mod.replace(cfg, "train", stagger_start=True)
     cfg = config_mod.replace(cfg, "model", halt_max_steps=k)
     return config_mod.with_section(cfg, SECTION, dataclasses.replace(acfg, steps=f"auto:{k}") if cap is not None
                                    else acfg)

@@ -155,8 +155,8 @@ class InGrid:
     """The task's generator (Task.sampler: (store meta, cfg) -> sampler) with its samples placed in a larger
     grid x grid canvas: the run's own training samples, replayed at the new source's length."""
 
-    def __init__(self, factory: Callable[..., Any], grid: int) -> None:
-        self.factory, self.grid = factory, int(grid)
+    def __init__(self, factory: Callable[..., Any], grid: int, n_sup: int = 0) -> None:
+        self.factory, self.grid, self.n_sup = factory, int(grid), int(n_sup)
         self.trace_tokens = getattr(factory, "trace_tokens", ())  # read before any sampler exists
 
     def __call__(self, meta: Any, cfg: Any) -> Any:
@@ -164,7 +164,31 @@ class InGrid:
         if not hasattr(sampler, "in_grid"):
             raise ConfigError(f"the {meta.task} task's generator cannot place its samples in a larger grid "
                               "(no in_grid; tasks/maze/sampler.py has one): adapt to a source of the run's size")
-        return sampler.in_grid(self.grid)
+        placed = sampler.in_grid(self.grid)
+        return RunSteps(placed, self.n_sup, meta.ignore_label_id) if self.n_sup else placed
+
+
+class RunSteps:
+    """A trace sampler's samples labelled for RUN's own N_sup only: the later rows (the adaptation's longer
+    N_sup, for the larger grid's routes) hold the ignore label, so a replayed sample trains as RUN trained it
+    and then halts (train/step.py labelled_steps). Run past RUN's N_sup, the model had never been trained on
+    a small maze: on RUN's hardest ones its trace drifts (token loss 1.2 at step 16 to 4 at step 48, measured
+    on the 61 x 61 base), and those steps' gradients wore the skill down."""
+
+    def __init__(self, sampler: Any, n_sup: int, ignore: int) -> None:
+        self.sampler, self.n_sup, self.ignore = sampler, int(n_sup), int(ignore)
+
+    def __getattr__(self, name: str) -> Any:  # the sampler's describe, trace_tokens ...
+        if name == "sampler":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def __call__(self, rng: Any, progress: float) -> tuple[Any, Any]:
+        x, y = self.sampler(rng, progress)
+        if y.ndim == 2 and len(y) > self.n_sup:
+            y = y.copy()
+            y[self.n_sup:] = self.ignore
+        return x, y
 
 
 def batch_size_for(base: ModelConfig, new: ModelConfig, batch_size: int, log: Callable[[str], None]) -> int:

@@ -135,7 +135,17 @@ def step_labels(labels: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor
     if labels.dim() == 2:
         return labels, None
     row = (steps.long() - 1).clamp(0, labels.shape[1] - 1)
-    return labels[torch.arange(labels.shape[0], device=labels.device), row], labels[:, -1]
+    rows = torch.arange(labels.shape[0], device=labels.device)
+    return labels[rows, row], labels[rows, labelled_steps(labels) - 1]
+
+
+def labelled_steps(labels: torch.Tensor) -> torch.Tensor:
+    """(B,) for a trace's labels (B, K, L): how many supervision steps a sample has, up to its last row with a
+    label (K where every row has one). A sample whose later rows hold none (`trmkit adapt`'s replayed
+    samples, labelled for RUN's own N_sup: adapt/stream.py InGrid) halts after that many steps, and its
+    whole trace, which the halting head learns to recognise, is that row."""
+    has = (labels != IGNORE).any(-1)  # (B, K)
+    return labels.shape[1] - has.flip(-1).to(torch.int8).argmax(-1)
 
 
 def exploration_draws(batch: int, cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,6 +190,10 @@ def train_step(model: TRM, state: TrainState, stream: SampleSource, opts: Optimi
     model.train()
     progressive = progressive_start(model, state, cfg, ctx)
     stats = forward_backward(model, state, ctx, u, min_steps, on_oom)
+    if state.labels.dim() == 3:  # a sample whose later steps hold no label ends here (labelled_steps)
+        state.carry.halted |= state.carry.steps >= labelled_steps(state.labels)
+    if cfg.stagger_start:
+        stagger(state.carry, state.step + 1, model.cfg.halt_max_steps, ctx)
     apply_updates(model, opts)
     state.step += 1
     metrics = step_metrics(stats, state.carry.steps, state.carry.halted, new_samples, opts)
@@ -222,6 +236,21 @@ def progressive_start(model: TRM, state: TrainState, cfg: TrainConfig, ctx: Step
                 zh, zl, _, _ = model(carry.z_H[chunk], carry.z_L[chunk], state.inputs[chunk], state.puzzle_ids[chunk])
             carry.z_H[chunk], carry.z_L[chunk] = zh.to(carry.z_H.dtype), zl.to(carry.z_L.dtype)
     return int(depth.sum())
+
+
+def stagger(carry: Carry, step: int, n_sup: int, ctx: StepContext) -> None:
+    """train.stagger_start: at training step `step` (1, 2, ...), the slot i of B (over all ranks) whose first
+    sample is still in it (its step count is `step`) halts once `step` reaches ceil((i + 1) N_sup / B). The
+    first fill starts every slot at once, and where nothing halts a sample before N_sup (a long trace whose
+    halting head waits for the whole trace: `trmkit adapt` on a larger maze, N_sup 128, batch 8), they would
+    stay in lockstep: every batch holds one phase of the trace (the wave, the traceback, then 70 steps of the
+    finished trace), and Adam follows each phase in turn. Staggered, a batch holds B phases N_sup / B apart."""
+    if step > n_sup:
+        return
+    slots = carry.steps.shape[0]
+    first = torch.arange(ctx.rank * slots, (ctx.rank + 1) * slots, device=carry.steps.device)
+    ends = torch.div((first + 1) * n_sup + slots * ctx.world - 1, slots * ctx.world, rounding_mode="floor")
+    carry.halted |= (carry.steps == step) & (ends == step)
 
 
 def forward_backward(model: TRM, state: TrainState, ctx: StepContext, u, min_steps,
