@@ -82,6 +82,7 @@ TRAIN_FIELDS = {
     "progressive_loss": "the ACT carry of every model",
     "depth_curriculum": "the recursion depth of every model",
     "init_from": "any run's start from another run's weights (e-mail pretraining, RL seeding)",
+    "stagger_start": "the ACT slots of every model whose samples nothing halts before N_sup (adapt sets it)",
 }
 
 GENERIC = [PACKAGE / "config.py", *(PACKAGE / part for part in ("model", "train", "data", "plan"))]
