@@ -142,7 +142,7 @@ def step_labels(labels: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor
 def labelled_steps(labels: torch.Tensor) -> torch.Tensor:
     """(B,) for a trace's labels (B, K, L): how many supervision steps a sample has, up to its last row with a
     label (K where every row has one). A sample whose later rows hold none (`trmkit adapt`'s replayed
-    samples, labelled for RUN's own N_sup: adapt/stream.py InGrid) halts after that many steps, and its
+    samples, labelled for RUN's own N_sup: adapt/stream.py RunSteps) halts after that many steps, and its
     whole trace, which the halting head learns to recognise, is that row."""
     has = (labels != IGNORE).any(-1)  # (B, K)
     return labels.shape[1] - has.flip(-1).to(torch.int8).argmax(-1)
