@@ -18,9 +18,10 @@ questions, and a part that has nothing to add answers with the identity:
   tokens folded into the answer ids they stand for (and, given the input, a maze's route read from them).
   Every reader of an answer goes through `TRM.answer_logits`, which applies each part's `answer` in turn;
   training's loss reads a step's own logits;
-- `settled(logits, inputs)`: (B,) bool, each example's answer as `answer` reads it is complete at this step (a
-  maze's walk from S that reaches G through cells the wave has reached), or None where the part cannot say:
-  `--steps auto` then compares that read answer between steps, not the step's own tokens (train/halting.py).
+- `settled(logits, inputs)`: (done (B,) bool, ids (B, L)): each example's answer as `answer` reads it is
+  complete at this step (a maze's walk from S that reaches G through cells the wave has reached), and that
+  answer's ids; None where the part cannot say. `--steps auto` then compares those ids between steps, not the
+  step's own tokens (train/halting.py).
 
 The model never imports the package a part comes from: the task hands its parts to the trainer,
 as it hands its scorer and sampler. A task's factory is given the resolved model section; one that reads
@@ -69,8 +70,9 @@ class Part(nn.Module):
         input, where the reader has it (an evaluation, a prediction; not training's loss)."""
         return logits
 
-    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor | None:
-        """(B,) bool: the answer `answer` reads from a step's logits is complete; None: the part cannot say."""
+    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(done (B,) bool: the answer `answer` reads from a step's logits is complete, its ids (B, L)); None:
+        the part cannot say."""
         return None
 
 

@@ -255,9 +255,9 @@ class TRM(nn.Module):
             logits = part.answer(logits, inputs)
         return logits
 
-    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor | None:
-        """(B,) bool: the first part's word on whether each example's read answer is complete (Part.settled);
-        None where no part can say."""
+    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The first part's word on whether each example's read answer is complete, with that answer's ids
+        (Part.settled); None where no part can say."""
         for part in self.parts:
             done = part.settled(logits, inputs)
             if done is not None:

@@ -76,10 +76,10 @@ def stable_key(model, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tenso
     cells the wave has reached), that read answer, its ids shifted past the step's own so the two never match."""
     own = logits.argmax(-1)
     settled = model.settled(logits, inputs) if hasattr(model, "settled") else None
-    if settled is None or not bool(settled.any()):
+    if settled is None:
         return own
-    read = model.answer_logits(logits, inputs).argmax(-1) + logits.shape[-1]
-    return torch.where(settled.unsqueeze(-1), read, own)
+    done, read = settled  # the read answer's ids come with the verdict: the walks are not run twice
+    return torch.where(done.unsqueeze(-1), read + logits.shape[-1], own)
 
 
 @torch.no_grad()

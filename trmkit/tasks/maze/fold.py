@@ -47,9 +47,10 @@ class AnswerFold(Part):
             return folded
         return walked(folded, logits, inputs, self.kind)
 
-    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor | None:
-        """(B,) bool: with read="walk", the walk reaches G through cells that each hold a trace token (the wave
-        from G has been there): the route it reads is complete, so `--steps auto` may stop on it."""
+    def settled(self, logits: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """With read="walk": (done (B,) bool, the walked answer's ids (B, L)), done where the walk reaches G
+        through cells that each hold a trace token (the wave from G has been there): the route it reads is
+        complete, so `--steps auto` may stop on it. The ids are `answer`'s argmax, from the same walks."""
         if self.read != "walk" or len(self.into) != len(TRACE_TOKENS):
             return None
         folded = merge_logits(logits, self.into, self.kind)
@@ -58,7 +59,14 @@ class AnswerFold(Part):
             return None
         reached = (logits.argmax(-1) >= folded.shape[-1]).cpu().numpy()  # (B, L): a trace token, not " " or "o"
         done = [m is not None and bool(reached[i][m.reshape(-1)].all()) for i, m in enumerate(routes)]
-        return torch.tensor(done, dtype=torch.bool, device=logits.device)
+        ids = folded.argmax(-1).cpu().numpy()
+        grids = inputs.cpu().numpy()
+        for i, marked in enumerate(routes):
+            if done[i]:  # what `walked` makes the argmax: the walk's cells "o", the other "o" cells " "
+                on, open_cells = marked.reshape(-1), grids[i] == OPEN
+                ids[i] = np.where(open_cells & on, PATH, np.where(open_cells & (ids[i] == PATH), OPEN, ids[i]))
+        return (torch.tensor(done, dtype=torch.bool, device=logits.device),
+                torch.from_numpy(ids).to(logits.device))
 
     def extra_repr(self) -> str:
         return f"into={self.into}, kind={self.kind!r}, read={self.read!r}"
